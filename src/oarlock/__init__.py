@@ -1,0 +1,100 @@
+"""oarlock: durable, governed LLM agent runs.
+
+The public surface is re-exported here and loaded on first use, so that ``import oarlock``
+(and the ``oarlock`` command) start fast.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # formats
+    "RunDocument": "oarlock.formats",
+    "ToolInvocation": "oarlock.formats",
+    "ToolReceipt": "oarlock.formats",
+    "ExecutionScope": "oarlock.formats",
+    "PolicyDecision": "oarlock.formats",
+    "Report": "oarlock.formats",
+    "Problem": "oarlock.formats",
+    "canonicalize": "oarlock.formats",
+    "digest": "oarlock.formats",
+    "validate": "oarlock.formats",
+    "ensure_valid": "oarlock.formats",
+    "upgrade": "oarlock.formats",
+    "downgrade": "oarlock.formats",
+    "parse_run": "oarlock.formats",
+    "dump_run": "oarlock.formats",
+    # errors
+    "OarlockError": "oarlock.errors",
+    "FormatError": "oarlock.errors",
+    "CanonicalizationError": "oarlock.errors",
+    "DocumentInvalid": "oarlock.errors",
+    "UpgradeError": "oarlock.errors",
+}
+
+__all__ = [
+    "CanonicalizationError",
+    "DocumentInvalid",
+    "ExecutionScope",
+    "FormatError",
+    "OarlockError",
+    "PolicyDecision",
+    "Problem",
+    "Report",
+    "RunDocument",
+    "ToolInvocation",
+    "ToolReceipt",
+    "UpgradeError",
+    "__version__",
+    "canonicalize",
+    "digest",
+    "downgrade",
+    "dump_run",
+    "ensure_valid",
+    "parse_run",
+    "upgrade",
+    "validate",
+]
+
+if TYPE_CHECKING:
+    from oarlock.errors import (
+        CanonicalizationError,
+        DocumentInvalid,
+        FormatError,
+        OarlockError,
+        UpgradeError,
+    )
+    from oarlock.formats import (
+        ExecutionScope,
+        PolicyDecision,
+        Problem,
+        Report,
+        RunDocument,
+        ToolInvocation,
+        ToolReceipt,
+        canonicalize,
+        digest,
+        downgrade,
+        dump_run,
+        ensure_valid,
+        parse_run,
+        upgrade,
+        validate,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oarlock' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

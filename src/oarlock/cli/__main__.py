@@ -1,0 +1,3 @@
+from oarlock.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""``oarlock validate`` and ``oarlock upgrade``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from oarlock.errors import DocumentInvalid, FormatError, UpgradeError
+from oarlock.formats import Problem, Report, downgrade, loads_strict, upgrade, validate
+
+__all__ = ["run_upgrade", "run_validate"]
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"oarlock: {message}", file=sys.stderr)
+    return code
+
+
+def _expand(paths: list[str]) -> list[str] | str:
+    """Every file to check, or the message of a usage error."""
+    files: list[str] = []
+    for raw in paths:
+        if raw == "-":
+            files.append(raw)
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            files.extend(str(p) for p in sorted(path.rglob("*.json")) if p.is_file())
+        elif path.is_file():
+            files.append(raw)
+        else:
+            return f"no such file or folder: {raw}"
+    return files
+
+
+def _read(name: str) -> bytes:
+    return sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+
+
+def _check(name: str, kind: Any, schema_only: bool) -> Report:
+    try:
+        data = _read(name)
+        document = loads_strict(data)
+    except OSError as exc:
+        return Report(None, [Problem("", "io", f"cannot read: {exc.strerror or exc}")])
+    except FormatError as exc:
+        return Report(None if kind == "auto" else kind, [Problem("", "json", str(exc))])
+    return validate(document, kind, schema_only=schema_only)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    if not args.paths:
+        return _fail("validate needs at least one PATH (a file, a folder, or -)")
+    files = _expand(args.paths)
+    if isinstance(files, str):
+        return _fail(files)
+    if not files:
+        return _fail("no *.json documents found under " + ", ".join(args.paths), EXIT_INVALID)
+    reports = [(name, _check(name, args.kind, args.schema_only)) for name in files]
+    valid = all(r.valid for _, r in reports)
+    if args.json:
+        out = {"valid": valid, "files": [{"path": n, **r.to_json()} for n, r in reports]}
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+    else:
+        for name, report in reports:
+            _print_report(name, report)
+        bad = sum(1 for _, r in reports if not r.valid)
+        print(f"{len(reports) - bad} valid, {bad} invalid")
+    return EXIT_OK if valid else EXIT_INVALID
+
+
+def _print_report(name: str, report: Report) -> None:
+    what: str = report.kind or "unknown kind"
+    if report.format:
+        what += f", {report.format}"
+    if report.valid:
+        print(f"{name}: valid ({what}{', schema only' if report.schema_only else ''})")
+        return
+    print(f"{name}: invalid ({what})")
+    for p in report.errors:
+        print(f"  {p.pointer or '/'}  [{p.rule}]  {p.message}")
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    if args.path != "-" and not Path(args.path).is_file():
+        return _fail(f"no such file: {args.path}")
+    if args.in_place and args.path == "-":
+        return _fail("--in-place needs a file, not standard input")
+    try:
+        document = loads_strict(_read(args.path))
+        if not isinstance(document, dict):
+            return _fail(f"{args.path}: a run document must be a JSON object", EXIT_INVALID)
+        converted = upgrade(document) if args.to == "oar/0.2" else downgrade(document)
+    except DocumentInvalid as exc:
+        for p in exc.report.errors:
+            print(f"  {p.pointer or '/'}  [{p.rule}]  {p.message}", file=sys.stderr)
+        return _fail(f"{args.path}: not a valid run document; nothing written", EXIT_INVALID)
+    except (FormatError, UpgradeError) as exc:
+        return _fail(f"{args.path}: {exc}", EXIT_INVALID)
+    text = json.dumps(converted, indent=2, ensure_ascii=False) + "\n"
+    target = args.path if args.in_place else args.output
+    if target is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    _write_atomic(Path(target), text)
+    return EXIT_OK
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and rename, so a crash leaves old or new, not half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

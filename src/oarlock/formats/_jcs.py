@@ -1,0 +1,102 @@
+"""RFC 8785 (JSON Canonicalization Scheme) and the one digest rule of oarlock.
+
+``canonicalize`` produces the same bytes as the ``rfc8785`` package (proven by property
+tests in ``tests/property``), about ten times faster on the documents oarlock hashes: a
+cheap pre-pass checks that the value is one that the C JSON encoder already writes in
+canonical form (string keys, integers within ±(2**53 - 1), floats whose ``repr`` is their
+ECMAScript form, object keys in the Basic Multilingual Plane, where code point order is
+UTF-16 order) and then lets ``json`` do the work. Anything else goes to ``rfc8785``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import rfc8785
+
+from oarlock.errors import CanonicalizationError
+
+__all__ = ["INT_MAX", "canonicalize", "digest", "digest_bytes"]
+
+INT_MAX = 2**53 - 1
+_encode = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+).encode
+
+
+class _Fallback(Exception):
+    """The value needs the general encoder."""
+
+
+def _check(value: Any) -> None:
+    """Raise ``_Fallback`` unless ``json`` writes ``value`` canonically; refuse bad ints."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return
+    if t is int:
+        if -INT_MAX <= value <= INT_MAX:
+            return
+        raise CanonicalizationError(
+            f"integer {value} is outside ±(2**53 - 1): RFC 8785 (I-JSON) cannot represent "
+            "it exactly; send it as a string"
+        )
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str or (not k.isascii() and max(k) > "\uffff"):
+                raise _Fallback
+            _check(v)
+        return
+    if t is list:
+        for v in value:
+            _check(v)
+        return
+    if t is float:
+        if not math.isfinite(value) or value.is_integer() or "e" in repr(value):
+            raise _Fallback
+        return
+    raise _Fallback
+
+
+def canonicalize(value: Any) -> bytes:
+    """The RFC 8785 canonical UTF-8 bytes of a JSON value.
+
+    Raises :class:`CanonicalizationError` for values JCS cannot represent: integers
+    beyond ±(2**53 - 1), NaN and infinities, non-string keys, lone surrogates, and types
+    that are not JSON.
+    """
+    try:
+        _check(value)
+    except _Fallback:
+        return _general(value)
+    try:
+        return _encode(value).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalizationError(
+            "string holds a lone surrogate, which is not valid UTF-8"
+        ) from exc
+
+
+def _general(value: Any) -> bytes:
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.IntegerDomainError as exc:
+        raise CanonicalizationError(
+            f"{exc}: RFC 8785 (I-JSON) integers must lie within ±(2**53 - 1)"
+        ) from exc
+    except rfc8785.FloatDomainError as exc:
+        raise CanonicalizationError(f"{exc}: NaN and infinities are not JSON") from exc
+    except rfc8785.CanonicalizationError as exc:
+        raise CanonicalizationError(f"no RFC 8785 form: {exc}") from exc
+
+
+def digest_bytes(data: bytes) -> str:
+    """``sha256:`` and the lowercase hex SHA-256 of ``data``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """The oarlock digest: ``sha256:`` + hex SHA-256 of the JCS form of ``value``."""
+    return digest_bytes(canonicalize(value))

@@ -1,0 +1,48 @@
+"""RFC 3339 date-times: strict parsing, exact ordering, and the timestamps oarlock writes."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+
+__all__ = ["is_rfc3339", "now_rfc3339", "parse_rfc3339"]
+
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+)
+
+
+def parse_rfc3339(text: str) -> tuple[datetime, Fraction] | None:
+    """The instant ``text`` names, as (UTC second, fraction of a second), or None.
+
+    The pair orders exactly, whatever the number of fractional digits. A leap second
+    (``:60``) is accepted, as RFC 3339 allows, and counted as the last second of its minute.
+    """
+    m = _RFC3339.fullmatch(text)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
+    if second == 60:
+        second = 59
+    try:
+        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+    except ValueError:
+        return None
+    if m.group(8) is None:
+        off_h, off_m = int(m.group(10)), int(m.group(11))
+        if off_h > 23 or off_m > 59:
+            return None
+        offset = timedelta(hours=off_h, minutes=off_m)
+        moment = moment - offset if m.group(9) == "+" else moment + offset
+    frac = Fraction(m.group(7)[1:]) / 10 ** (len(m.group(7)) - 1) if m.group(7) else Fraction(0)
+    return moment, frac
+
+
+def is_rfc3339(text: object) -> bool:
+    return isinstance(text, str) and parse_rfc3339(text) is not None
+
+
+def now_rfc3339() -> str:
+    """The current UTC time with microseconds, e.g. ``2026-01-02T03:04:05.123456Z``."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
