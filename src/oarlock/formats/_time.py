@@ -9,7 +9,8 @@ from fractions import Fraction
 __all__ = ["is_rfc3339", "now_rfc3339", "parse_rfc3339"]
 
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:([Zz])|([+-])(\d{2}):(\d{2}))",
+    re.ASCII,
 )
 
 
@@ -34,7 +35,10 @@ def parse_rfc3339(text: str) -> tuple[datetime, Fraction] | None:
         if off_h > 23 or off_m > 59:
             return None
         offset = timedelta(hours=off_h, minutes=off_m)
-        moment = moment - offset if m.group(9) == "+" else moment + offset
+        try:
+            moment = moment - offset if m.group(9) == "+" else moment + offset
+        except OverflowError:  # the instant falls outside years 1-9999
+            return None
     frac = Fraction(m.group(7)[1:]) / 10 ** (len(m.group(7)) - 1) if m.group(7) else Fraction(0)
     return moment, frac
 

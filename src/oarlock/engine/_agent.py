@@ -1,0 +1,60 @@
+"""Agents: a name, instructions, a model, tools, limits and prices."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oarlock.errors import ConfigError
+from oarlock.models._base import ModelAdapter
+from oarlock.models._pricing import Price, PricingTable
+from oarlock.tools._tool import Tool, Toolset
+
+__all__ = ["Agent", "Limits"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """When a run halts. ``max_turns`` counts model responses; the budget limits are
+    checked after each model response, before the next request: a run whose spend has
+    reached a limit halts (``halted_budget``) instead of asking the model again."""
+
+    max_turns: int | None = None
+    max_cost_usd: float | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_cost_usd", "max_input_tokens", "max_output_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < 0):
+                raise ConfigError(f"limit {name} must be a number of at least 0, not {value!r}")
+
+
+@dataclass(eq=False)
+class Agent:
+    name: str
+    model: ModelAdapter
+    instructions: str = ""
+    tools: Toolset = field(default_factory=Toolset)
+    limits: Limits = field(default_factory=Limits)
+    pricing: PricingTable = field(default_factory=PricingTable)
+    tenant: str = "default"
+
+    def __init__(
+        self, name: str, model: ModelAdapter, *, instructions: str = "",
+        tools: Iterable[Tool | Callable[..., Any]] | Toolset = (),
+        limits: Limits | None = None, prices: Mapping[str, Price] | None = None,
+        tenant: str = "default",
+    ) -> None:
+        if not name:
+            raise ConfigError("an agent needs a name")
+        self.name, self.model, self.instructions = name, model, instructions
+        self.tools = tools if isinstance(tools, Toolset) else Toolset(tools)
+        self.limits = limits or Limits()
+        self.pricing = PricingTable(prices)
+        self.tenant = tenant
+        self.price = self.pricing.price(model.model_id)
+        if self.limits.max_cost_usd is not None:
+            self.pricing.require(model.model_id)

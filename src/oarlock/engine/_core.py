@@ -1,0 +1,298 @@
+"""The turn loop as a pure state machine over the run document.
+
+Nothing here does I/O or reads a clock: each function takes the document (mutated in
+place), the facts the runner gathered (a model response, tool results, a decision, the
+time) and returns the events to append. The runner commits the document and the events
+together, so every state below is one a crash can leave, and one a resume continues:
+
+    running --model responds, no tool calls----------------------------> completed
+    running --model calls tools--> (tools planned and run) --all answered--> running
+                                                         \\--some need a human--> waiting_approval
+    waiting_approval --every decision made, approved calls run, all answered--> running
+    running --before a model request, a limit is reached--> halted_max_turns | halted_budget
+    any live status --cancel--> cancelled;   model error after retries --> failed
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from oarlock.errors import DecisionRefused, RunStateError
+from oarlock.formats._models import (
+    AssistantMessage,
+    PendingApproval,
+    RunDocument,
+    RunStatus,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+    UserMessage,
+)
+from oarlock.store._base import Event
+
+__all__ = [
+    "TERMINAL",
+    "CallModel",
+    "Halt",
+    "Idle",
+    "PlanTools",
+    "RunApproved",
+    "apply_decision",
+    "cancel",
+    "fail",
+    "halt",
+    "new_run",
+    "next_action",
+    "on_model_response",
+    "on_tools_planned",
+    "on_tools_ran",
+]
+
+TERMINAL: frozenset[str] = frozenset(
+    {"completed", "failed", "halted_budget", "halted_max_turns", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class PlanTools:
+    calls: list[ToolCallPart]
+
+
+@dataclass(frozen=True, slots=True)
+class RunApproved:
+    """Approved calls to run now, each with the arguments the approval covers."""
+
+    calls: list[tuple[ToolCallPart, dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Halt:
+    status: Literal["halted_max_turns", "halted_budget"]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing to do: the run is finished or waits for a human."""
+
+
+Action = CallModel | PlanTools | RunApproved | Halt | Idle
+
+
+def _ev(kind: str, now: str, **data: Any) -> Event:
+    return Event(kind, now, data)
+
+
+def new_run(
+    *, run_id: str, agent: str, model: str, input: str, now: str,
+    tags: dict[str, str] | None = None,
+) -> tuple[RunDocument, list[Event]]:
+    doc = RunDocument(
+        format="oar/0.2", id=run_id, agent=agent, model=model, input=input,
+        status="running", messages=[UserMessage(role="user", content=[
+            TextPart(type="text", text=input)])],
+        pending_approvals=[], buffered_tool_results=[],
+        usage=Usage(input_tokens=0, output_tokens=0, cost_usd=0), turns=0,
+        created_at=now, updated_at=now,
+    )
+    if tags:
+        doc.tags = dict(tags)
+    return doc, [_ev("run_created", now, agent=agent, model=model, tags=tags or {})]
+
+
+def _limit_reached(doc: RunDocument, limits: Any) -> Halt | None:
+    u = doc.usage
+    if limits.max_turns is not None and doc.turns >= limits.max_turns:
+        return Halt("halted_max_turns", f"the turn limit ({limits.max_turns}) is reached")
+    checks = (("cost", u.cost_usd, limits.max_cost_usd, " USD"),
+              ("input tokens", u.input_tokens, limits.max_input_tokens, ""),
+              ("output tokens", u.output_tokens, limits.max_output_tokens, ""))
+    for what, spent, limit, unit in checks:
+        if limit is not None and spent >= limit:
+            return Halt("halted_budget", f"the {what} limit ({limit}{unit}) is reached: "
+                        f"{round(spent, 6)}{unit} spent")
+    return None
+
+
+def next_action(doc: RunDocument, limits: Any) -> Action:
+    """What the runner must do next to move ``doc`` on."""
+    if doc.status != "running":
+        return Idle()
+    last = doc.messages[-1]
+    if isinstance(last, UserMessage):
+        return _limit_reached(doc, limits) or CallModel()
+    calls = last.tool_calls
+    answered = {r.tool_call_id for r in doc.buffered_tool_results}
+    pending = {a.tool_call_id: a for a in doc.pending_approvals}
+    unplanned = [c for c in calls if c.id not in answered and c.id not in pending]
+    if unplanned:
+        return PlanTools(unplanned)
+    approved = [
+        (c, _approved_arguments(pending[c.id], c)) for c in calls
+        if c.id not in answered and pending[c.id].decision == "approved"
+    ]
+    return RunApproved(approved) if approved else Idle()
+
+
+def _approved_arguments(approval: PendingApproval, call: ToolCallPart) -> dict[str, Any]:
+    edited = approval.edited_arguments
+    return call.arguments if edited is None else edited
+
+
+def on_model_response(
+    doc: RunDocument, message: AssistantMessage, *, input_tokens: int, output_tokens: int,
+    cost: float | None, now: str,
+) -> list[Event]:
+    """Append the assistant message and count its turn and usage."""
+    _unique_call_ids(doc, message)
+    doc.messages.append(message)
+    doc.turns += 1
+    u = doc.usage
+    u.input_tokens += input_tokens
+    u.output_tokens += output_tokens
+    if cost is None:
+        setattr(u, "costKnown", False)  # noqa: B010 - an extension member of usage
+    else:
+        u.cost_usd = round(u.cost_usd + cost, 10)
+    doc.updated_at = now
+    events = [_ev("model_responded", now, turn=doc.turns, inputTokens=input_tokens,
+                  outputTokens=output_tokens, costUsd=cost,
+                  toolCalls=[c.id for c in message.tool_calls])]
+    if not message.tool_calls:
+        doc.result = message.text
+        events.extend(_status(doc, "completed", now))
+    return events
+
+
+def _unique_call_ids(doc: RunDocument, message: AssistantMessage) -> None:
+    """A model that repeats a tool call id would make the document ambiguous: give the
+    repeat a fresh id (the model sees it in the result)."""
+    seen = {c.id for m in doc.messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    for call in message.tool_calls:
+        base, n = call.id, 1
+        while call.id in seen:
+            n += 1
+            call.id = f"{base}~{n}"
+        seen.add(call.id)
+
+
+def on_tools_planned(
+    doc: RunDocument, results: list[ToolResultPart], approvals: list[ToolCallPart], now: str,
+) -> list[Event]:
+    """Buffer the results of the calls that ran (or were refused) and ask for approval of
+    the rest; if nothing waits, hand every result to the model."""
+    events = [_tool_event(r, now) for r in results]
+    doc.buffered_tool_results.extend(results)
+    for call in approvals:
+        doc.pending_approvals.append(PendingApproval(
+            tool_call_id=call.id, tool_name=call.name, arguments=call.arguments,
+            requested_at=now))
+        events.append(_ev("approval_requested", now, toolCallId=call.id, toolName=call.name,
+                          arguments=call.arguments))
+    return events + _settle(doc, now)
+
+
+def on_tools_ran(doc: RunDocument, results: list[ToolResultPart], now: str) -> list[Event]:
+    """Buffer the results of approved calls; hand everything over once all are in."""
+    doc.buffered_tool_results.extend(results)
+    return [_tool_event(r, now) for r in results] + _settle(doc, now)
+
+
+def _tool_event(result: ToolResultPart, now: str) -> Event:
+    return _ev("tool_called", now, toolCallId=result.tool_call_id, toolName=result.tool_name,
+               isError=result.is_error, contentChars=len(result.content))
+
+
+def apply_decision(
+    doc: RunDocument, call_id: str, decision: Literal["approved", "denied", "responded"], *,
+    by: Literal["human", "policy"], now: str, reason: str | None = None,
+    edited_arguments: dict[str, Any] | None = None, response: str | None = None,
+) -> list[Event]:
+    """Record a decision on a pending approval. Refuses (and changes nothing) a decision on
+    a run that is not waiting, for an unknown call, or on a call already decided."""
+    approval = _pending(doc, call_id)
+    if decision == "responded" and response is None:
+        raise DecisionRefused("a 'responded' decision needs the response text")
+    if edited_arguments is not None and decision != "approved":
+        raise DecisionRefused("edited arguments go only with an approval")
+    approval.decision, approval.decided_by = decision, by
+    if reason is not None:
+        approval.reason = reason
+    if edited_arguments is not None:
+        approval.edited_arguments = edited_arguments
+    if decision == "denied":
+        text = f"The call was denied by {'a human' if by == 'human' else 'policy'}"
+        doc.buffered_tool_results.append(ToolResultPart(
+            type="tool_result", tool_call_id=call_id, tool_name=approval.tool_name,
+            content=f"{text}: {reason}" if reason else f"{text}.", is_error=True))
+    elif decision == "responded":
+        doc.buffered_tool_results.append(ToolResultPart(
+            type="tool_result", tool_call_id=call_id, tool_name=approval.tool_name,
+            content=response or ""))
+    record = {k: v for k, v in (("reason", reason), ("editedArguments", edited_arguments),
+                                ("response", response)) if v is not None}
+    return [_ev("approval_decided", now, toolCallId=call_id, toolName=approval.tool_name,
+                decision=decision, decidedBy=by, arguments=approval.arguments, **record),
+            *_settle(doc, now)]
+
+
+def _pending(doc: RunDocument, call_id: str) -> PendingApproval:
+    if doc.status != "waiting_approval":
+        raise DecisionRefused(f"run {doc.id} is {doc.status}, not waiting for approval",
+                              code="run_not_waiting")
+    for approval in doc.pending_approvals:
+        if approval.tool_call_id == call_id:
+            if approval.decision is not None:
+                raise DecisionRefused(f"call {call_id} was already {approval.decision}",
+                                      code="already_decided")
+            return approval
+    waiting = [a.tool_call_id for a in doc.pending_approvals if a.decision is None]
+    raise DecisionRefused(f"run {doc.id} has no pending approval for call {call_id!r}; "
+                          f"waiting: {', '.join(waiting)}", code="unknown_call")
+
+
+def _settle(doc: RunDocument, now: str) -> list[Event]:
+    doc.updated_at = now
+    if any(a.decision is None for a in doc.pending_approvals):
+        return _status(doc, "waiting_approval", now)
+    last = doc.messages[-1]
+    by_id = {r.tool_call_id: r for r in doc.buffered_tool_results}
+    calls = last.tool_calls if isinstance(last, AssistantMessage) else []
+    if all(c.id in by_id for c in calls):
+        doc.messages.append(UserMessage(role="user", content=[by_id[c.id] for c in calls]))
+        doc.pending_approvals.clear()
+        doc.buffered_tool_results.clear()
+    return _status(doc, "running", now)
+
+
+def _status(doc: RunDocument, status: RunStatus, now: str) -> list[Event]:
+    if doc.status == status:
+        return []
+    old, doc.status = doc.status, status
+    doc.updated_at = now
+    return [_ev("status_changed", now, **{"from": old, "to": status})]
+
+
+def halt(doc: RunDocument, action: Halt, now: str) -> list[Event]:
+    doc.error = action.reason
+    return _status(doc, action.status, now)
+
+
+def fail(doc: RunDocument, error: str, now: str) -> list[Event]:
+    doc.error = error
+    return _status(doc, "failed", now)
+
+
+def cancel(doc: RunDocument, now: str, reason: str | None = None) -> list[Event]:
+    """Cancel a live run; undecided approvals stay in the document."""
+    if doc.status in TERMINAL:
+        raise RunStateError(f"run {doc.id} is already {doc.status}", code="run_finished")
+    if reason:
+        doc.error = reason
+    return _status(doc, "cancelled", now)

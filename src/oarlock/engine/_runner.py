@@ -1,0 +1,281 @@
+"""The runner: drives the pure turn loop, talking to the model, the executor and the store.
+
+Every step is committed (document and events in one transaction) before the next begins,
+so a run can be resumed by any process from whatever the last commit left."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from oarlock.engine import _core as core
+from oarlock.engine._agent import Agent
+from oarlock.engine._execute import CallContext, DirectExecutor, Executor, Planned, plan_call
+from oarlock.errors import ConflictError, DecisionRefused, ModelError, RetryableModelError
+from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
+from oarlock.formats._time import now_rfc3339
+from oarlock.models._base import ModelRequest, ModelResponse
+from oarlock.store._base import Event, RunStore
+from oarlock.tools._tool import ToolArgumentsError
+
+__all__ = ["RetryPolicy", "Runner"]
+
+T = TypeVar("T")
+EventHook = Callable[[RunDocument, list[Event]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Retries of rate-limited and failing model requests: exponential backoff with
+    jitter, or the provider's Retry-After when it gives one (capped by ``max_delay``)."""
+
+    attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return float(min(max(retry_after, 0.0), self.max_delay))
+        backoff = min(self.base_delay * 2.0 ** (attempt - 1), self.max_delay)
+        return float(backoff * random.uniform(0.5, 1.0))
+
+
+class _CancelledElsewhere(Exception):
+    def __init__(self, stored: RunDocument) -> None:
+        self.stored = stored
+
+
+class Runner:
+    """Runs one agent's runs against one store.
+
+    ``watch_interval`` (seconds) makes a waiting model request or tool call look for a
+    cancellation written by another process, and stop the work when it finds one."""
+
+    def __init__(
+        self, agent: Agent, store: RunStore, *, executor: Executor | None = None,
+        retry: RetryPolicy | None = None, clock: Callable[[], str] = now_rfc3339,
+        on_commit: EventHook | None = None, watch_interval: float | None = None,
+    ) -> None:
+        self.agent, self.store = agent, store
+        self.executor = executor or DirectExecutor()
+        self.retry = retry or RetryPolicy()
+        self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
+
+    # -- public operations ------------------------------------------------------------
+    async def create(
+        self, input: str, *, tags: dict[str, str] | None = None, agent_ref: str | None = None,
+        run_id: str | None = None,
+    ) -> tuple[RunDocument, int]:
+        doc, events = core.new_run(
+            run_id=run_id or str(uuid.uuid4()), agent=self.agent.name,
+            model=self.agent.model.model_id, input=input, now=self.clock(), tags=tags)
+        version = await self.store.create(doc, events, agent_ref=agent_ref)
+        self._notify(doc, events)
+        return doc, version
+
+    async def start(
+        self, input: str, *, tags: dict[str, str] | None = None, agent_ref: str | None = None,
+        run_id: str | None = None,
+    ) -> RunDocument:
+        """Create a run and drive it until it finishes or waits for a human."""
+        doc, version = await self.create(input, tags=tags, agent_ref=agent_ref, run_id=run_id)
+        return await self._drive(doc, version)
+
+    async def resume(self, run_id: str) -> RunDocument:
+        """Continue a stored run (in this process or any other) until it finishes or waits."""
+        stored = await self.store.load(run_id)
+        doc = stored.document
+        if doc.agent != self.agent.name:
+            raise ConflictError(f"run {run_id} belongs to agent {doc.agent!r}, not "
+                                f"{self.agent.name!r}", code="wrong_agent")
+        doc.format = "oar/0.2"
+        return await self._drive(doc, stored.version)
+
+    async def decide(
+        self, run_id: str, call_id: str,
+        decision: Literal["approved", "denied", "responded"], *, reason: str | None = None,
+        edited_arguments: dict[str, Any] | None = None, response: str | None = None,
+        by: Literal["human", "policy"] = "human",
+    ) -> RunDocument:
+        """Record one decision. A racing writer makes this re-read and re-apply, so a second
+        decision on the same call is refused as already decided; nothing is lost."""
+
+        def apply(doc: RunDocument) -> list[Event]:
+            edited = self._check_decision(doc, call_id, decision, edited_arguments)
+            return core.apply_decision(
+                doc, call_id, decision, by=by, now=self.clock(), reason=reason,
+                edited_arguments=edited, response=response)
+
+        return await self._update(run_id, apply)
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> RunDocument:
+        return await self._update(run_id, lambda d: core.cancel(d, self.clock(), reason))
+
+    # -- internals --------------------------------------------------------------------
+    def _check_decision(
+        self, doc: RunDocument, call_id: str, decision: str, edited: dict[str, Any] | None,
+    ) -> dict[str, Any] | None:
+        pending = next((a for a in doc.pending_approvals if a.tool_call_id == call_id), None)
+        tool = self.agent.tools.get(pending.tool_name) if pending else None
+        if pending is None or tool is None or pending.decision is not None:
+            return edited  # the core names the refusal
+        if decision == "responded" and not tool.allow_response:
+            raise DecisionRefused(f"tool {tool.name!r} does not let a human answer in its "
+                                  "place", code="response_not_allowed")
+        if edited is None:
+            return None
+        try:
+            tool.validate_arguments(edited)
+        except ToolArgumentsError as exc:
+            raise DecisionRefused(f"edited arguments refused: {exc}",
+                                  code="invalid_edit") from None
+        return edited
+
+    async def _update(
+        self, run_id: str, apply: Callable[[RunDocument], list[Event]]
+    ) -> RunDocument:
+        for _ in range(8):
+            stored = await self.store.load(run_id)
+            doc = stored.document
+            doc.format = "oar/0.2"
+            events = apply(doc)
+            try:
+                await self.store.save(doc, stored.version, events)
+            except ConflictError:
+                continue
+            self._notify(doc, events)
+            return doc
+        raise ConflictError(f"run {run_id} kept changing; try again", code="busy")
+
+    def _notify(self, doc: RunDocument, events: list[Event]) -> None:
+        if self.on_commit is not None:
+            self.on_commit(doc, events)
+
+    async def _commit(self, doc: RunDocument, version: int, events: list[Event]) -> int:
+        try:
+            version = await self.store.save(doc, version, events)
+        except ConflictError:
+            stored = await self.store.load(doc.id)
+            if stored.document.status in core.TERMINAL:
+                raise _CancelledElsewhere(stored.document) from None
+            raise
+        self._notify(doc, events)
+        return version
+
+    async def _drive(self, doc: RunDocument, version: int) -> RunDocument:
+        try:
+            while True:
+                action = core.next_action(doc, self.agent.limits)
+                if isinstance(action, core.Idle):
+                    return doc
+                events = await self._step(doc, action)
+                version = await self._commit(doc, version, events)
+        except _CancelledElsewhere as stop:
+            return stop.stored
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cancel_quietly(doc.id))
+            raise
+
+    async def _cancel_quietly(self, run_id: str) -> None:
+        try:
+            await self.cancel(run_id, "cancelled while running")
+        except Exception:  # noqa: S110 - already finished or gone: nothing to cancel
+            pass
+
+    async def _step(self, doc: RunDocument, action: core.Action) -> list[Event]:
+        if isinstance(action, core.Halt):
+            return core.halt(doc, action, self.clock())
+        if isinstance(action, core.CallModel):
+            return await self._model_turn(doc)
+        ctx = CallContext(doc.id, doc.agent, self.agent.tenant, doc.turns)
+        if isinstance(action, core.PlanTools):
+            planned = [plan_call(c, self.agent.tools, self.executor, ctx) for c in action.calls]
+            results = await self._watch(doc.id, self._run_planned(planned, ctx))
+            approvals = [p.call for p in planned if p.approval]
+            return core.on_tools_planned(doc, results, approvals, self.clock())
+        if isinstance(action, core.RunApproved):
+            results = await self._watch(doc.id, self._run_approved(action.calls, ctx))
+            return core.on_tools_ran(doc, results, self.clock())
+        raise TypeError(f"unknown action {action!r}")
+
+    async def _run_planned(self, planned: list[Planned], ctx: CallContext) -> list[ToolResultPart]:
+        async def one(p: Planned) -> ToolResultPart | None:
+            if p.result is not None or p.approval or p.tool is None or p.arguments is None:
+                return p.result
+            return await self.executor.execute(p.tool, p.call, p.arguments, ctx)
+
+        outcomes = await _gather([one(p) for p in planned])
+        return [r for r in outcomes if r is not None]
+
+    async def _run_approved(
+        self, calls: list[tuple[ToolCallPart, dict[str, Any]]], ctx: CallContext
+    ) -> list[ToolResultPart]:
+        async def one(call: ToolCallPart, args: dict[str, Any]) -> ToolResultPart:
+            planned = plan_call(call.model_copy(update={"arguments": args}),
+                                self.agent.tools, self.executor, ctx)
+            if planned.result is not None or planned.tool is None or planned.arguments is None:
+                return planned.result or _missing(call)
+            return await self.executor.execute(planned.tool, call, planned.arguments, ctx,
+                                               approved_by="human")
+
+        return await _gather([one(c, a) for c, a in calls])
+
+    async def _model_turn(self, doc: RunDocument) -> list[Event]:
+        request = ModelRequest(self.agent.instructions, list(doc.messages), self.agent.tools.specs())
+        try:
+            response = await self._watch(doc.id, self._respond(request))
+        except ModelError as exc:
+            return core.fail(doc, f"model error ({exc.code}): {exc}", self.clock())
+        price = self.agent.price
+        cost = None if price is None else price.cost(
+            response.input_tokens, response.output_tokens, response.cached_tokens)
+        return core.on_model_response(
+            doc, response.message, input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens, cost=cost, now=self.clock())
+
+    async def _respond(self, request: ModelRequest) -> ModelResponse:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self.agent.model.respond(request)
+            except RetryableModelError as exc:
+                if attempt >= self.retry.attempts:
+                    raise ModelError(f"{exc} (gave up after {attempt} attempts)",
+                                     code=exc.code) from exc
+                await asyncio.sleep(self.retry.delay(attempt, exc.retry_after))
+            except ModelError:
+                raise
+            except Exception as exc:
+                raise ModelError(f"the model adapter failed: {type(exc).__name__}: {exc}",
+                                 code="adapter_error") from exc
+
+    async def _watch(self, run_id: str, work: Awaitable[T]) -> T:
+        """Await ``work``; with a watch interval, stop it if another process cancels."""
+        if self.watch_interval is None:
+            return await work
+        task = asyncio.ensure_future(work)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=self.watch_interval)
+            if done:
+                return task.result()
+            stored = await self.store.load(run_id)
+            if stored.document.status in core.TERMINAL:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise _CancelledElsewhere(stored.document)
+
+
+def _missing(call: ToolCallPart) -> ToolResultPart:
+    return ToolResultPart(type="tool_result", tool_call_id=call.id, tool_name=call.name,
+                          content=f"Tool {call.name!r} is no longer available.", is_error=True)
+
+
+async def _gather(coros: list[Awaitable[T]]) -> list[T]:
+    if len(coros) == 1:
+        return [await coros[0]]
+    return list(await asyncio.gather(*coros))

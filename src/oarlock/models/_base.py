@@ -1,0 +1,42 @@
+"""The model adapter protocol: messages and tool schemas in; one assistant message and its
+usage out. Adapters raise RetryableModelError for what may pass (rate limits, server
+errors; with ``retry_after`` when the provider says) and ModelError for the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from oarlock.formats._models import AssistantMessage, Message
+
+__all__ = ["ModelAdapter", "ModelRequest", "ModelResponse"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    instructions: str
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """An assistant message. A tool call whose arguments the provider sent as text that is
+    not a JSON object carries them in an extra ``rawArguments`` member of the part, with
+    ``arguments`` empty; the engine answers it with an error result."""
+
+    message: AssistantMessage
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@runtime_checkable
+class ModelAdapter(Protocol):
+    @property
+    def model_id(self) -> str:
+        """The model string, e.g. ``scripted:demo`` or ``openai:gpt-4.1``: it names the
+        model in the run document and in the pricing table."""
+        ...
+
+    async def respond(self, request: ModelRequest) -> ModelResponse: ...

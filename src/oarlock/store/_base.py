@@ -1,0 +1,88 @@
+"""The store protocol: runs (the current document, a version for optimistic concurrency)
+and an append-only event log per run.
+
+Every method that changes state is durable when it returns. ``save`` succeeds only if the
+stored version is the one the caller read; otherwise it raises :class:`ConflictError` and
+changes nothing, so two writers racing on one run cannot both win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from oarlock.formats._models import RunDocument
+
+__all__ = ["EVENT_KINDS", "Event", "RunStore", "RunSummary", "StoredRun"]
+
+EVENT_KINDS = frozenset({
+    "run_created", "model_responded", "tool_called", "approval_requested",
+    "approval_decided", "status_changed",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of a run's event log. ``seq`` is assigned by the store (1, 2, ...)."""
+
+    kind: str
+    at: str
+    data: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    """A run as stored: its document, version and where its agent is defined (an agent
+    file's path or a ``module:attribute`` import path), so any process can resume it."""
+
+    document: RunDocument
+    version: int
+    agent_ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    id: str
+    agent: str
+    status: str
+    tags: dict[str, str]
+    turns: int
+    created_at: str
+    updated_at: str
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Where runs live. Implementations: memory (``oarlock.testing``), SQLite, PostgreSQL."""
+
+    async def create(
+        self, document: RunDocument, events: list[Event], *, agent_ref: str | None = None
+    ) -> int:
+        """Store a new run at version 1. Raises ConflictError if the id exists."""
+        ...
+
+    async def load(self, run_id: str) -> StoredRun:
+        """The run's current document and version. Raises NotFound."""
+        ...
+
+    async def save(
+        self, document: RunDocument, expected_version: int, events: list[Event]
+    ) -> int:
+        """Replace the document and append ``events`` in one transaction, if the stored
+        version is ``expected_version``; returns the new version. Raises ConflictError
+        (nothing changed) or NotFound."""
+        ...
+
+    async def events(self, run_id: str) -> list[Event]:
+        """The run's events in order. Raises NotFound."""
+        ...
+
+    async def list_runs(
+        self, *, status: str | None = None, tags: dict[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[RunSummary]:
+        """Runs, newest first, filtered by status and by every given tag."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,67 @@
+-- Named queries of oarlock.store._sqlite. Each block starts with "-- name: <name>" and
+-- holds one statement with :named parameters. The schema is in sqlite_migrations/.
+
+-- name: create_run
+INSERT INTO runs (id, agent, status, turns, tags, created_at, updated_at, version, agent_ref,
+                  document)
+VALUES (:id, :agent, :status, :turns, :tags, :created_at, :updated_at, 1, :agent_ref,
+        :document);
+
+-- name: load_run
+SELECT document, version, agent_ref FROM runs WHERE id = :id;
+
+-- name: run_version
+SELECT version FROM runs WHERE id = :id;
+
+-- name: save_run
+UPDATE runs
+SET agent = :agent, status = :status, turns = :turns, tags = :tags,
+    created_at = :created_at, updated_at = :updated_at, document = :document,
+    version = version + 1
+WHERE id = :id AND version = :expected_version;
+
+-- name: delete_tags
+DELETE FROM run_tags WHERE run_id = :id;
+
+-- name: insert_tags
+INSERT INTO run_tags (run_id, key, value)
+SELECT :id, key, value FROM json_each(:tags);
+
+-- name: append_event
+INSERT INTO events (run_id, seq, kind, at, data)
+VALUES (:run_id,
+        (SELECT coalesce(max(seq), 0) + 1 FROM events WHERE run_id = :run_id),
+        :kind, :at, :data);
+
+-- name: list_events
+-- One row with a NULL seq when the run has no events; no row when there is no such run.
+SELECT e.seq, e.kind, e.at, e.data
+FROM runs AS r LEFT JOIN events AS e ON e.run_id = r.id
+WHERE r.id = :id
+ORDER BY e.seq;
+
+-- name: list_runs
+SELECT id, agent, status, tags, turns, created_at, updated_at
+FROM runs
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: list_runs_by_status
+SELECT id, agent, status, tags, turns, created_at, updated_at
+FROM runs
+WHERE status = :status
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: list_runs_by_tags
+-- :tags is a JSON object; a run matches when it has all :tag_count of its pairs.
+SELECT id, agent, status, tags, turns, created_at, updated_at
+FROM runs
+WHERE id IN (SELECT t.run_id
+             FROM json_each(:tags) AS j
+             JOIN run_tags AS t ON t.key = j.key AND t.value = j.value
+             GROUP BY t.run_id
+             HAVING count(*) = :tag_count)
+  AND (:status IS NULL OR status = :status)
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;

@@ -1,0 +1,210 @@
+"""Tools: Python functions, sync or async, whose JSON Schema comes from their type hints
+and docstring, each with a declared side-effect class."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from oarlock.errors import ConfigError, ToolError
+from oarlock.formats._models import SideEffectClass
+from oarlock.formats._rules import SIDE_EFFECT_CLASSES
+
+__all__ = ["ApprovalRule", "CAUTIOUS_CLASS", "Tool", "ToolArgumentsError", "Toolset", "tool"]
+
+CAUTIOUS_CLASS: SideEffectClass = "spend"
+"""The class of a tool that declares none: the most cautious, never ``read``."""
+
+ApprovalRule = bool | Callable[[dict[str, Any]], bool] | None
+"""Whether a call needs a human: a flag, a predicate over the arguments, or None for the
+side-effect class's default (``shared-write`` and above need approval)."""
+
+
+class ToolArgumentsError(ToolError):
+    code = "invalid_arguments"
+
+
+def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """The summary and the per-argument descriptions of a Google- or Sphinx-style docstring."""
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    section, current, indent = "summary", "", -1
+    for line in (inspect.getdoc(fn) or "").splitlines():
+        text = line.strip()
+        depth = len(line) - len(line.lstrip())
+        sphinx = re.match(r":param\s+(?:[\w\[\], |]+\s+)?(\w+):\s*(.*)", text)
+        if sphinx:
+            section, current = "args", sphinx.group(1)
+            params[current] = sphinx.group(2)
+        elif re.fullmatch(r"(Args|Arguments|Parameters):", text):
+            section, indent = "args", -1
+        elif re.fullmatch(r"[A-Z][a-z]+( [a-z]+)?:", text):
+            section = "other"
+        elif section == "summary":
+            summary.append(line)
+        elif section == "args" and text:
+            entry = re.match(r"(\w+)\s*(?:\([^)]*\))?:\s*(.*)", text)
+            if entry and (indent < 0 or depth <= indent):
+                indent, current = depth, entry.group(1)
+                params[current] = entry.group(2)
+            elif current:
+                params[current] = f"{params[current]} {text}".strip()
+    return "\n".join(summary).strip(), params
+
+
+def _arguments_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+    hints = get_type_hints(fn, include_extras=True)
+    fields: dict[str, Any] = {}
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigError(f"tool {name!r}: *args and **kwargs cannot be described to a model")
+        if pname not in hints:
+            raise ConfigError(f"tool {name!r}: parameter {pname!r} needs a type hint")
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (hints[pname], Field(default, description=docs.get(pname)))
+    config = ConfigDict(extra="forbid", title=name)
+    return create_model(f"{name}_arguments", __config__=config, **fields)
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_titles(v) for k, v in schema.items()
+                if not (k == "title" and isinstance(v, str))}
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+@dataclass(eq=False)
+class Tool:
+    """A function the model may call. Build one with :func:`tool`."""
+
+    fn: Callable[..., Any]
+    name: str
+    description: str
+    side_effect: SideEffectClass
+    needs_approval: ApprovalRule = None
+    allow_response: bool = False
+    timeout_seconds: float | None = None
+    schema_version: str = "1"
+    arguments_model: type[BaseModel] = field(repr=False, default=BaseModel)
+    parameters: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.side_effect not in SIDE_EFFECT_CLASSES:
+            raise ConfigError(f"tool {self.name!r}: unknown side-effect class "
+                              f"{self.side_effect!r}; use one of {', '.join(SIDE_EFFECT_CLASSES)}")
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+
+    def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as the tool will receive them; raises ToolArgumentsError."""
+        try:
+            parsed = self.arguments_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ToolArgumentsError(f"invalid arguments for tool {self.name!r}: {problems}") from None
+        return {k: getattr(parsed, k) for k in type(parsed).model_fields}
+
+    def requires_approval(self, arguments: dict[str, Any]) -> bool:
+        rule = self.needs_approval
+        if rule is None:
+            return self.side_effect not in ("read", "sandbox")
+        if isinstance(rule, bool):
+            return rule
+        return bool(rule(arguments))
+
+    async def call(self, arguments: dict[str, Any]) -> Any:
+        """Run the tool on validated arguments (a sync tool runs in a worker thread)."""
+        if self.is_async:
+            return await self.fn(**arguments)
+        return await asyncio.to_thread(self.fn, **arguments)
+
+    def spec(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description,
+                "parameters": self.parameters}
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *, name: str | None = ..., side_effect: SideEffectClass | None = ...,
+    needs_approval: ApprovalRule = ..., allow_response: bool = ...,
+    timeout_seconds: float | None = ..., description: str | None = ...,
+    schema_version: str = ...,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
+    side_effect: SideEffectClass | None = None, needs_approval: ApprovalRule = None,
+    allow_response: bool = False, timeout_seconds: float | None = None,
+    description: str | None = None, schema_version: str = "1",
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a function a tool. ``side_effect`` defaults to the most cautious class.
+
+    ``allow_response`` lets a human answer in the tool's place (the ``responded``
+    decision)."""
+
+    def build(f: Callable[..., Any]) -> Tool:
+        tool_name = name or f.__name__
+        summary, docs = _doc_parts(f)
+        model = _arguments_model(f, tool_name, docs)
+        return Tool(
+            fn=f, name=tool_name, description=description or summary,
+            side_effect=side_effect or CAUTIOUS_CLASS, needs_approval=needs_approval,
+            allow_response=allow_response, timeout_seconds=timeout_seconds,
+            schema_version=schema_version, arguments_model=model,
+            parameters=_strip_titles(model.model_json_schema()),
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def result_text(value: Any) -> str:
+    """The text a tool result gives the model."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class Toolset:
+    """The tools of an agent, by name."""
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t if isinstance(t, Tool) else tool(t))
+
+    def add(self, t: Tool) -> None:
+        if t.name in self._tools:
+            raise ConfigError(f"two tools are named {t.name!r}")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", t.name):
+            raise ConfigError(f"tool name {t.name!r}: use 1-64 letters, digits, _ . -")
+        self._tools[t.name] = t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[dict[str, Any]]:
+        return [t.spec() for t in self._tools.values()]
+
+    def __iter__(self) -> Any:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+

@@ -1,0 +1,135 @@
+"""Shared fixtures: the example documents (a fresh deep copy for every use), and helpers
+that recompute digests independently of oarlock (hashlib over the ``rfc8785`` package),
+so that a test which mutates a record breaks only the rule it means to break."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+RUN_EXAMPLES = (
+    "runs/refund-waiting-approval.json",
+    "runs/refund-completed.json",
+    "runs/responded-oar-0.2.json",
+    "runs/legacy-oar-0.1.json",
+)
+INVOCATION_EXAMPLES = ("invocations/lookup-read.json", "invocations/refund-spend.json")
+RECEIPT_EXAMPLES = (
+    "receipts/refund-succeeded.json",
+    "receipts/lookup-denied.json",
+    "receipts/refund-uncertain.json",
+)
+ALL_EXAMPLES = RUN_EXAMPLES + INVOCATION_EXAMPLES + RECEIPT_EXAMPLES
+
+_cache: dict[str, str] = {}
+
+
+def _example_text(name: str) -> str:
+    if name not in _cache:
+        _cache[name] = (EXAMPLES / name).read_text("utf-8")
+    return _cache[name]
+
+
+def load_example(name: str) -> dict[str, Any]:
+    """A fresh parsed copy of ``examples/<name>`` (mutating it never leaks)."""
+    value = json.loads(_example_text(name))
+    assert isinstance(value, dict)
+    return value
+
+
+def independent_digest(value: Any) -> str:
+    """``sha256:`` + hex SHA-256 of the RFC 8785 form, computed without oarlock."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+
+
+def rehash_invocation(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["argumentsHash"] = independent_digest(doc["arguments"])
+    return doc
+
+
+def rehash_receipt(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["receiptHash"] = independent_digest({k: v for k, v in doc.items() if k != "receiptHash"})
+    return doc
+
+
+@pytest.fixture(scope="session")
+def examples_dir() -> Path:
+    return EXAMPLES
+
+
+@pytest.fixture
+def example() -> Callable[[str], dict[str, Any]]:
+    """``example("runs/refund-completed.json")`` gives a fresh, mutable copy."""
+    return load_example
+
+
+@pytest.fixture
+def deep_copy() -> Callable[[Any], Any]:
+    return copy.deepcopy
+
+
+@pytest.fixture
+def run_waiting() -> dict[str, Any]:
+    return load_example("runs/refund-waiting-approval.json")
+
+
+@pytest.fixture
+def run_completed() -> dict[str, Any]:
+    return load_example("runs/refund-completed.json")
+
+
+@pytest.fixture
+def run_responded() -> dict[str, Any]:
+    return load_example("runs/responded-oar-0.2.json")
+
+
+@pytest.fixture
+def run_legacy() -> dict[str, Any]:
+    return load_example("runs/legacy-oar-0.1.json")
+
+
+@pytest.fixture
+def invocation_read() -> dict[str, Any]:
+    return load_example("invocations/lookup-read.json")
+
+
+@pytest.fixture
+def invocation_spend() -> dict[str, Any]:
+    return load_example("invocations/refund-spend.json")
+
+
+@pytest.fixture
+def receipt_succeeded() -> dict[str, Any]:
+    return load_example("receipts/refund-succeeded.json")
+
+
+@pytest.fixture
+def receipt_denied() -> dict[str, Any]:
+    return load_example("receipts/lookup-denied.json")
+
+
+@pytest.fixture
+def receipt_uncertain() -> dict[str, Any]:
+    return load_example("receipts/refund-uncertain.json")
+
+
+@pytest.fixture
+def rehash() -> Any:
+    """``rehash.invocation(doc)`` / ``rehash.receipt(doc)``: fix the digest in place."""
+
+    class _Rehash:
+        invocation = staticmethod(rehash_invocation)
+        receipt = staticmethod(rehash_receipt)
+        digest = staticmethod(independent_digest)
+
+    return _Rehash()
