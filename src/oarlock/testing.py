@@ -45,7 +45,11 @@ class ValidatingStore:
         return await self.inner.events(run_id)
 
     async def list_runs(
-        self, *, status: str | None = None, tags: dict[str, str] | None = None, limit: int = 100,
+        self,
+        *,
+        status: str | None = None,
+        tags: dict[str, str] | None = None,
+        limit: int = 100,
     ) -> list[RunSummary]:
         return await self.inner.list_runs(status=status, tags=tags, limit=limit)
 

@@ -371,7 +371,7 @@ def test_r8_turns_follow_assistant_messages_keeps(run_completed):
         "2026-11-02T09:15:00+02:60",
         "2026-11-02T09:15:00+0200",
         "0000-01-01T00:00:00Z",
-        "２０２６-11-02T09:15:00Z",  # fullwidth digits are not RFC 3339 DIGITs
+        "\uff12\uff10\uff12\uff16-11-02T09:15:00Z",  # fullwidth digits are not RFC 3339 DIGITs
         "2026-11-02T09:15:00Z\n",
     ],
 )

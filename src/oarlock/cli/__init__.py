@@ -4,8 +4,10 @@ starting the command costs little more than starting Python."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from oarlock import __version__
 
@@ -19,7 +21,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="oarlock", description="Durable, governed LLM agent runs."
     )
     parser.add_argument("--version", action="version", version=f"oarlock {__version__}")
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        default=os.environ.get("OARLOCK_DB"),
+        help="the run database (default: $OARLOCK_DB, else the user's data directory)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_run_commands(sub)
 
     p = sub.add_parser(
         "validate",
@@ -62,6 +71,75 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--in-place", action="store_true", help="rewrite PATH")
     p.set_defaults(handler="oarlock.cli._validate:run_upgrade")
     return parser
+
+
+def _runs(p: argparse.ArgumentParser, action: str) -> None:
+    p.set_defaults(handler="oarlock.cli._runs:dispatch", action=action)
+
+
+def _add_run_commands(sub: Any) -> None:
+    p = sub.add_parser("run", help="start a run of an agent file")
+    p.add_argument("agent_file", metavar="AGENT_FILE")
+    p.add_argument("input", metavar="INPUT")
+    p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="tag the run")
+    p.add_argument("--detach", action="store_true", help="run in the background")
+    _runs(p, "run")
+
+    runs = sub.add_parser("runs", help="list, show and export stored runs")
+    rsub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
+    p = rsub.add_parser("list", help="list runs, newest first")
+    p.add_argument(
+        "--status",
+        choices=[
+            "running",
+            "waiting_approval",
+            "completed",
+            "failed",
+            "halted_budget",
+            "halted_max_turns",
+            "cancelled",
+        ],
+    )
+    p.add_argument("--tag", action="append", metavar="KEY=VALUE")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    _runs(p, "runs list")
+    for name, text in (("show", "a run's timeline"), ("export", "the oar/0.2 document")):
+        p = rsub.add_parser(name, help=text)
+        p.add_argument("run_id", metavar="RUN_ID")
+        _runs(p, f"runs {name}")
+
+    for name, decision in (("approve", "approved"), ("deny", "denied"), ("respond", "responded")):
+        p = sub.add_parser(name, help=f"record a '{decision}' decision on a pending call")
+        p.add_argument("run_id", metavar="RUN_ID")
+        p.add_argument("call_id", metavar="CALL_ID")
+        if name == "respond":
+            p.add_argument("text", metavar="TEXT", help="the answer the model receives")
+        if name == "approve":
+            p.add_argument("--edit", metavar="JSON", help="run with these arguments instead")
+        p.add_argument("--reason", metavar="TEXT", required=name == "deny")
+        p.add_argument(
+            "--no-resume",
+            action="store_true",
+            help="record the decision only; do not continue the run",
+        )
+        p.set_defaults(decision=decision)
+        _runs(p, "decide")
+
+    for name, text in (
+        ("resume", "continue a run"),
+        ("cancel", "cancel a run"),
+        ("replay", "re-run a stored run's model turns against today's tools"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run_id", metavar="RUN_ID")
+        if name == "cancel":
+            p.add_argument("--reason", metavar="TEXT")
+        _runs(p, name)
+
+    p = sub.add_parser("demo", help="run the refund desk demo, offline")
+    p.add_argument("--yes", action="store_true", help="approve the refund without asking")
+    p.set_defaults(handler="oarlock.cli._demo:run_demo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,9 +43,14 @@ class Agent:
     tenant: str = "default"
 
     def __init__(
-        self, name: str, model: ModelAdapter, *, instructions: str = "",
+        self,
+        name: str,
+        model: ModelAdapter,
+        *,
+        instructions: str = "",
         tools: Iterable[Tool | Callable[..., Any]] | Toolset = (),
-        limits: Limits | None = None, prices: Mapping[str, Price] | None = None,
+        limits: Limits | None = None,
+        prices: Mapping[str, Price] | None = None,
         tenant: str = "default",
     ) -> None:
         if not name:

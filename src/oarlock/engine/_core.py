@@ -51,7 +51,8 @@ __all__ = [
 ]
 
 TERMINAL: frozenset[str] = frozenset(
-    {"completed", "failed", "halted_budget", "halted_max_turns", "cancelled"})
+    {"completed", "failed", "halted_budget", "halted_max_turns", "cancelled"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +91,28 @@ def _ev(kind: str, now: str, **data: Any) -> Event:
 
 
 def new_run(
-    *, run_id: str, agent: str, model: str, input: str, now: str,
+    *,
+    run_id: str,
+    agent: str,
+    model: str,
+    input: str,
+    now: str,
     tags: dict[str, str] | None = None,
 ) -> tuple[RunDocument, list[Event]]:
     doc = RunDocument(
-        format="oar/0.2", id=run_id, agent=agent, model=model, input=input,
-        status="running", messages=[UserMessage(role="user", content=[
-            TextPart(type="text", text=input)])],
-        pending_approvals=[], buffered_tool_results=[],
-        usage=Usage(input_tokens=0, output_tokens=0, cost_usd=0), turns=0,
-        created_at=now, updated_at=now,
+        format="oar/0.2",
+        id=run_id,
+        agent=agent,
+        model=model,
+        input=input,
+        status="running",
+        messages=[UserMessage(role="user", content=[TextPart(type="text", text=input)])],
+        pending_approvals=[],
+        buffered_tool_results=[],
+        usage=Usage(input_tokens=0, output_tokens=0, cost_usd=0),
+        turns=0,
+        created_at=now,
+        updated_at=now,
     )
     if tags:
         doc.tags = dict(tags)
@@ -110,13 +123,17 @@ def _limit_reached(doc: RunDocument, limits: Any) -> Halt | None:
     u = doc.usage
     if limits.max_turns is not None and doc.turns >= limits.max_turns:
         return Halt("halted_max_turns", f"the turn limit ({limits.max_turns}) is reached")
-    checks = (("cost", u.cost_usd, limits.max_cost_usd, " USD"),
-              ("input tokens", u.input_tokens, limits.max_input_tokens, ""),
-              ("output tokens", u.output_tokens, limits.max_output_tokens, ""))
+    checks = (
+        ("cost", u.cost_usd, limits.max_cost_usd, " USD"),
+        ("input tokens", u.input_tokens, limits.max_input_tokens, ""),
+        ("output tokens", u.output_tokens, limits.max_output_tokens, ""),
+    )
     for what, spent, limit, unit in checks:
         if limit is not None and spent >= limit:
-            return Halt("halted_budget", f"the {what} limit ({limit}{unit}) is reached: "
-                        f"{round(spent, 6)}{unit} spent")
+            return Halt(
+                "halted_budget",
+                f"the {what} limit ({limit}{unit}) is reached: {round(spent, 6)}{unit} spent",
+            )
     return None
 
 
@@ -134,7 +151,8 @@ def next_action(doc: RunDocument, limits: Any) -> Action:
     if unplanned:
         return PlanTools(unplanned)
     approved = [
-        (c, _approved_arguments(pending[c.id], c)) for c in calls
+        (c, _approved_arguments(pending[c.id], c))
+        for c in calls
         if c.id not in answered and pending[c.id].decision == "approved"
     ]
     return RunApproved(approved) if approved else Idle()
@@ -146,8 +164,13 @@ def _approved_arguments(approval: PendingApproval, call: ToolCallPart) -> dict[s
 
 
 def on_model_response(
-    doc: RunDocument, message: AssistantMessage, *, input_tokens: int, output_tokens: int,
-    cost: float | None, now: str,
+    doc: RunDocument,
+    message: AssistantMessage,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cost: float | None,
+    now: str,
 ) -> list[Event]:
     """Append the assistant message and count its turn and usage."""
     _unique_call_ids(doc, message)
@@ -161,9 +184,17 @@ def on_model_response(
     else:
         u.cost_usd = round(u.cost_usd + cost, 10)
     doc.updated_at = now
-    events = [_ev("model_responded", now, turn=doc.turns, inputTokens=input_tokens,
-                  outputTokens=output_tokens, costUsd=cost,
-                  toolCalls=[c.id for c in message.tool_calls])]
+    events = [
+        _ev(
+            "model_responded",
+            now,
+            turn=doc.turns,
+            inputTokens=input_tokens,
+            outputTokens=output_tokens,
+            costUsd=cost,
+            toolCalls=[c.id for c in message.tool_calls],
+        )
+    ]
     if not message.tool_calls:
         doc.result = message.text
         events.extend(_status(doc, "completed", now))
@@ -183,18 +214,33 @@ def _unique_call_ids(doc: RunDocument, message: AssistantMessage) -> None:
 
 
 def on_tools_planned(
-    doc: RunDocument, results: list[ToolResultPart], approvals: list[ToolCallPart], now: str,
+    doc: RunDocument,
+    results: list[ToolResultPart],
+    approvals: list[ToolCallPart],
+    now: str,
 ) -> list[Event]:
     """Buffer the results of the calls that ran (or were refused) and ask for approval of
     the rest; if nothing waits, hand every result to the model."""
     events = [_tool_event(r, now) for r in results]
     doc.buffered_tool_results.extend(results)
     for call in approvals:
-        doc.pending_approvals.append(PendingApproval(
-            tool_call_id=call.id, tool_name=call.name, arguments=call.arguments,
-            requested_at=now))
-        events.append(_ev("approval_requested", now, toolCallId=call.id, toolName=call.name,
-                          arguments=call.arguments))
+        doc.pending_approvals.append(
+            PendingApproval(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                arguments=call.arguments,
+                requested_at=now,
+            )
+        )
+        events.append(
+            _ev(
+                "approval_requested",
+                now,
+                toolCallId=call.id,
+                toolName=call.name,
+                arguments=call.arguments,
+            )
+        )
     return events + _settle(doc, now)
 
 
@@ -205,14 +251,26 @@ def on_tools_ran(doc: RunDocument, results: list[ToolResultPart], now: str) -> l
 
 
 def _tool_event(result: ToolResultPart, now: str) -> Event:
-    return _ev("tool_called", now, toolCallId=result.tool_call_id, toolName=result.tool_name,
-               isError=result.is_error, contentChars=len(result.content))
+    return _ev(
+        "tool_called",
+        now,
+        toolCallId=result.tool_call_id,
+        toolName=result.tool_name,
+        isError=result.is_error,
+        contentChars=len(result.content),
+    )
 
 
 def apply_decision(
-    doc: RunDocument, call_id: str, decision: Literal["approved", "denied", "responded"], *,
-    by: Literal["human", "policy"], now: str, reason: str | None = None,
-    edited_arguments: dict[str, Any] | None = None, response: str | None = None,
+    doc: RunDocument,
+    call_id: str,
+    decision: Literal["approved", "denied", "responded"],
+    *,
+    by: Literal["human", "policy"],
+    now: str,
+    reason: str | None = None,
+    edited_arguments: dict[str, Any] | None = None,
+    response: str | None = None,
 ) -> list[Event]:
     """Record a decision on a pending approval. Refuses (and changes nothing) a decision on
     a run that is not waiting, for an unknown call, or on a call already decided."""
@@ -228,33 +286,65 @@ def apply_decision(
         approval.edited_arguments = edited_arguments
     if decision == "denied":
         text = f"The call was denied by {'a human' if by == 'human' else 'policy'}"
-        doc.buffered_tool_results.append(ToolResultPart(
-            type="tool_result", tool_call_id=call_id, tool_name=approval.tool_name,
-            content=f"{text}: {reason}" if reason else f"{text}.", is_error=True))
+        doc.buffered_tool_results.append(
+            ToolResultPart(
+                type="tool_result",
+                tool_call_id=call_id,
+                tool_name=approval.tool_name,
+                content=f"{text}: {reason}" if reason else f"{text}.",
+                is_error=True,
+            )
+        )
     elif decision == "responded":
-        doc.buffered_tool_results.append(ToolResultPart(
-            type="tool_result", tool_call_id=call_id, tool_name=approval.tool_name,
-            content=response or ""))
-    record = {k: v for k, v in (("reason", reason), ("editedArguments", edited_arguments),
-                                ("response", response)) if v is not None}
-    return [_ev("approval_decided", now, toolCallId=call_id, toolName=approval.tool_name,
-                decision=decision, decidedBy=by, arguments=approval.arguments, **record),
-            *_settle(doc, now)]
+        doc.buffered_tool_results.append(
+            ToolResultPart(
+                type="tool_result",
+                tool_call_id=call_id,
+                tool_name=approval.tool_name,
+                content=response or "",
+            )
+        )
+    record = {
+        k: v
+        for k, v in (
+            ("reason", reason),
+            ("editedArguments", edited_arguments),
+            ("response", response),
+        )
+        if v is not None
+    }
+    return [
+        _ev(
+            "approval_decided",
+            now,
+            toolCallId=call_id,
+            toolName=approval.tool_name,
+            decision=decision,
+            decidedBy=by,
+            arguments=approval.arguments,
+            **record,
+        ),
+        *_settle(doc, now),
+    ]
 
 
 def _pending(doc: RunDocument, call_id: str) -> PendingApproval:
     if doc.status != "waiting_approval":
-        raise DecisionRefused(f"run {doc.id} is {doc.status}, not waiting for approval",
-                              code="run_not_waiting")
+        raise DecisionRefused(
+            f"run {doc.id} is {doc.status}, not waiting for approval", code="run_not_waiting"
+        )
     for approval in doc.pending_approvals:
         if approval.tool_call_id == call_id:
             if approval.decision is not None:
-                raise DecisionRefused(f"call {call_id} was already {approval.decision}",
-                                      code="already_decided")
+                raise DecisionRefused(
+                    f"call {call_id} was already {approval.decision}", code="already_decided"
+                )
             return approval
     waiting = [a.tool_call_id for a in doc.pending_approvals if a.decision is None]
-    raise DecisionRefused(f"run {doc.id} has no pending approval for call {call_id!r}; "
-                          f"waiting: {', '.join(waiting)}", code="unknown_call")
+    raise DecisionRefused(
+        f"run {doc.id} has no pending approval for call {call_id!r}; waiting: {', '.join(waiting)}",
+        code="unknown_call",
+    )
 
 
 def _settle(doc: RunDocument, now: str) -> list[Event]:

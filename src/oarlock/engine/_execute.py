@@ -28,18 +28,27 @@ class CallContext:
 
 
 class Executor(Protocol):
-    def needs_approval(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> bool:
-        ...
+    def needs_approval(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> bool: ...
 
     async def execute(
-        self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any], ctx: CallContext,
-        *, approved_by: str | None = None,
+        self,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        *,
+        approved_by: str | None = None,
     ) -> ToolResultPart: ...
 
 
 def error_result(call: ToolCallPart, message: str) -> ToolResultPart:
-    return ToolResultPart(type="tool_result", tool_call_id=call.id, tool_name=call.name,
-                          content=message, is_error=True)
+    return ToolResultPart(
+        type="tool_result",
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=message,
+        is_error=True,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +63,7 @@ class Planned:
     approval: bool = False
 
 
-def plan_call(
-    call: ToolCallPart, tools: Toolset, executor: Executor, ctx: CallContext
-) -> Planned:
+def plan_call(call: ToolCallPart, tools: Toolset, executor: Executor, ctx: CallContext) -> Planned:
     """Bad model output becomes an error result the model can recover from."""
     raw = (call.model_extra or {}).get("rawArguments")
     if raw is not None:
@@ -64,8 +71,10 @@ def plan_call(
     tool = tools.get(call.name)
     if tool is None:
         names = ", ".join(tools.names()) or "none"
-        return Planned(call, result=error_result(
-            call, f"Unknown tool {call.name!r}. Available tools: {names}."))
+        return Planned(
+            call,
+            result=error_result(call, f"Unknown tool {call.name!r}. Available tools: {names}."),
+        )
     try:
         arguments = tool.validate_arguments(call.arguments)
     except ToolArgumentsError as exc:
@@ -92,8 +101,13 @@ class DirectExecutor:
         return tool.requires_approval(arguments)
 
     async def execute(
-        self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any], ctx: CallContext,
-        *, approved_by: str | None = None,
+        self,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        *,
+        approved_by: str | None = None,
     ) -> ToolResultPart:
         try:
             if tool.timeout_seconds is None:
@@ -101,10 +115,14 @@ class DirectExecutor:
             else:
                 value = await asyncio.wait_for(tool.call(arguments), tool.timeout_seconds)
         except TimeoutError:
-            return error_result(call, f"Tool {tool.name!r} timed out after "
-                                f"{tool.timeout_seconds} s.")
+            return error_result(
+                call, f"Tool {tool.name!r} timed out after {tool.timeout_seconds} s."
+            )
         except Exception as exc:  # a tool's failure is the model's to handle
-            return error_result(call, f"Tool {tool.name!r} failed: "
-                                f"{type(exc).__name__}: {exc}")
-        return ToolResultPart(type="tool_result", tool_call_id=call.id, tool_name=call.name,
-                              content=result_text(value))
+            return error_result(call, f"Tool {tool.name!r} failed: {type(exc).__name__}: {exc}")
+        return ToolResultPart(
+            type="tool_result",
+            tool_call_id=call.id,
+            tool_name=call.name,
+            content=result_text(value),
+        )

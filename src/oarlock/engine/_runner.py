@@ -6,6 +6,7 @@ so a run can be resumed by any process from whatever the last commit left."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from oarlock.models._base import ModelRequest, ModelResponse
 from oarlock.store._base import Event, RunStore
 from oarlock.tools._tool import ToolArgumentsError
 
-__all__ = ["RetryPolicy", "Runner"]
+__all__ = ["RetryPolicy", "Runner", "cancel_run", "update_run"]
 
 T = TypeVar("T")
 EventHook = Callable[[RunDocument, list[Event]], None]
@@ -56,9 +57,15 @@ class Runner:
     cancellation written by another process, and stop the work when it finds one."""
 
     def __init__(
-        self, agent: Agent, store: RunStore, *, executor: Executor | None = None,
-        retry: RetryPolicy | None = None, clock: Callable[[], str] = now_rfc3339,
-        on_commit: EventHook | None = None, watch_interval: float | None = None,
+        self,
+        agent: Agent,
+        store: RunStore,
+        *,
+        executor: Executor | None = None,
+        retry: RetryPolicy | None = None,
+        clock: Callable[[], str] = now_rfc3339,
+        on_commit: EventHook | None = None,
+        watch_interval: float | None = None,
     ) -> None:
         self.agent, self.store = agent, store
         self.executor = executor or DirectExecutor()
@@ -67,18 +74,31 @@ class Runner:
 
     # -- public operations ------------------------------------------------------------
     async def create(
-        self, input: str, *, tags: dict[str, str] | None = None, agent_ref: str | None = None,
+        self,
+        input: str,
+        *,
+        tags: dict[str, str] | None = None,
+        agent_ref: str | None = None,
         run_id: str | None = None,
     ) -> tuple[RunDocument, int]:
         doc, events = core.new_run(
-            run_id=run_id or str(uuid.uuid4()), agent=self.agent.name,
-            model=self.agent.model.model_id, input=input, now=self.clock(), tags=tags)
+            run_id=run_id or str(uuid.uuid4()),
+            agent=self.agent.name,
+            model=self.agent.model.model_id,
+            input=input,
+            now=self.clock(),
+            tags=tags,
+        )
         version = await self.store.create(doc, events, agent_ref=agent_ref)
         self._notify(doc, events)
         return doc, version
 
     async def start(
-        self, input: str, *, tags: dict[str, str] | None = None, agent_ref: str | None = None,
+        self,
+        input: str,
+        *,
+        tags: dict[str, str] | None = None,
+        agent_ref: str | None = None,
         run_id: str | None = None,
     ) -> RunDocument:
         """Create a run and drive it until it finishes or waits for a human."""
@@ -90,15 +110,22 @@ class Runner:
         stored = await self.store.load(run_id)
         doc = stored.document
         if doc.agent != self.agent.name:
-            raise ConflictError(f"run {run_id} belongs to agent {doc.agent!r}, not "
-                                f"{self.agent.name!r}", code="wrong_agent")
+            raise ConflictError(
+                f"run {run_id} belongs to agent {doc.agent!r}, not {self.agent.name!r}",
+                code="wrong_agent",
+            )
         doc.format = "oar/0.2"
         return await self._drive(doc, stored.version)
 
     async def decide(
-        self, run_id: str, call_id: str,
-        decision: Literal["approved", "denied", "responded"], *, reason: str | None = None,
-        edited_arguments: dict[str, Any] | None = None, response: str | None = None,
+        self,
+        run_id: str,
+        call_id: str,
+        decision: Literal["approved", "denied", "responded"],
+        *,
+        reason: str | None = None,
+        edited_arguments: dict[str, Any] | None = None,
+        response: str | None = None,
         by: Literal["human", "policy"] = "human",
     ) -> RunDocument:
         """Record one decision. A racing writer makes this re-read and re-apply, so a second
@@ -107,49 +134,52 @@ class Runner:
         def apply(doc: RunDocument) -> list[Event]:
             edited = self._check_decision(doc, call_id, decision, edited_arguments)
             return core.apply_decision(
-                doc, call_id, decision, by=by, now=self.clock(), reason=reason,
-                edited_arguments=edited, response=response)
+                doc,
+                call_id,
+                decision,
+                by=by,
+                now=self.clock(),
+                reason=reason,
+                edited_arguments=edited,
+                response=response,
+            )
 
         return await self._update(run_id, apply)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> RunDocument:
-        return await self._update(run_id, lambda d: core.cancel(d, self.clock(), reason))
+        return await cancel_run(
+            self.store, run_id, reason, clock=self.clock, on_commit=self.on_commit
+        )
 
     # -- internals --------------------------------------------------------------------
     def _check_decision(
-        self, doc: RunDocument, call_id: str, decision: str, edited: dict[str, Any] | None,
+        self,
+        doc: RunDocument,
+        call_id: str,
+        decision: str,
+        edited: dict[str, Any] | None,
     ) -> dict[str, Any] | None:
         pending = next((a for a in doc.pending_approvals if a.tool_call_id == call_id), None)
         tool = self.agent.tools.get(pending.tool_name) if pending else None
         if pending is None or tool is None or pending.decision is not None:
             return edited  # the core names the refusal
         if decision == "responded" and not tool.allow_response:
-            raise DecisionRefused(f"tool {tool.name!r} does not let a human answer in its "
-                                  "place", code="response_not_allowed")
+            raise DecisionRefused(
+                f"tool {tool.name!r} does not let a human answer in its place",
+                code="response_not_allowed",
+            )
         if edited is None:
             return None
         try:
             tool.validate_arguments(edited)
         except ToolArgumentsError as exc:
-            raise DecisionRefused(f"edited arguments refused: {exc}",
-                                  code="invalid_edit") from None
+            raise DecisionRefused(f"edited arguments refused: {exc}", code="invalid_edit") from None
         return edited
 
     async def _update(
         self, run_id: str, apply: Callable[[RunDocument], list[Event]]
     ) -> RunDocument:
-        for _ in range(8):
-            stored = await self.store.load(run_id)
-            doc = stored.document
-            doc.format = "oar/0.2"
-            events = apply(doc)
-            try:
-                await self.store.save(doc, stored.version, events)
-            except ConflictError:
-                continue
-            self._notify(doc, events)
-            return doc
-        raise ConflictError(f"run {run_id} kept changing; try again", code="busy")
+        return await update_run(self.store, run_id, apply, on_commit=self.on_commit)
 
     def _notify(self, doc: RunDocument, events: list[Event]) -> None:
         if self.on_commit is not None:
@@ -181,10 +211,8 @@ class Runner:
             raise
 
     async def _cancel_quietly(self, run_id: str) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already finished or gone: nothing to cancel
             await self.cancel(run_id, "cancelled while running")
-        except Exception:  # noqa: S110 - already finished or gone: nothing to cancel
-            pass
 
     async def _step(self, doc: RunDocument, action: core.Action) -> list[Event]:
         if isinstance(action, core.Halt):
@@ -215,27 +243,39 @@ class Runner:
         self, calls: list[tuple[ToolCallPart, dict[str, Any]]], ctx: CallContext
     ) -> list[ToolResultPart]:
         async def one(call: ToolCallPart, args: dict[str, Any]) -> ToolResultPart:
-            planned = plan_call(call.model_copy(update={"arguments": args}),
-                                self.agent.tools, self.executor, ctx)
+            planned = plan_call(
+                call.model_copy(update={"arguments": args}), self.agent.tools, self.executor, ctx
+            )
             if planned.result is not None or planned.tool is None or planned.arguments is None:
                 return planned.result or _missing(call)
-            return await self.executor.execute(planned.tool, call, planned.arguments, ctx,
-                                               approved_by="human")
+            return await self.executor.execute(
+                planned.tool, call, planned.arguments, ctx, approved_by="human"
+            )
 
         return await _gather([one(c, a) for c, a in calls])
 
     async def _model_turn(self, doc: RunDocument) -> list[Event]:
-        request = ModelRequest(self.agent.instructions, list(doc.messages), self.agent.tools.specs())
+        request = ModelRequest(
+            self.agent.instructions, list(doc.messages), self.agent.tools.specs()
+        )
         try:
             response = await self._watch(doc.id, self._respond(request))
         except ModelError as exc:
             return core.fail(doc, f"model error ({exc.code}): {exc}", self.clock())
         price = self.agent.price
-        cost = None if price is None else price.cost(
-            response.input_tokens, response.output_tokens, response.cached_tokens)
+        cost = (
+            None
+            if price is None
+            else price.cost(response.input_tokens, response.output_tokens, response.cached_tokens)
+        )
         return core.on_model_response(
-            doc, response.message, input_tokens=response.input_tokens,
-            output_tokens=response.output_tokens, cost=cost, now=self.clock())
+            doc,
+            response.message,
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
+            cost=cost,
+            now=self.clock(),
+        )
 
     async def _respond(self, request: ModelRequest) -> ModelResponse:
         attempt = 0
@@ -245,14 +285,16 @@ class Runner:
                 return await self.agent.model.respond(request)
             except RetryableModelError as exc:
                 if attempt >= self.retry.attempts:
-                    raise ModelError(f"{exc} (gave up after {attempt} attempts)",
-                                     code=exc.code) from exc
+                    raise ModelError(
+                        f"{exc} (gave up after {attempt} attempts)", code=exc.code
+                    ) from exc
                 await asyncio.sleep(self.retry.delay(attempt, exc.retry_after))
             except ModelError:
                 raise
             except Exception as exc:
-                raise ModelError(f"the model adapter failed: {type(exc).__name__}: {exc}",
-                                 code="adapter_error") from exc
+                raise ModelError(
+                    f"the model adapter failed: {type(exc).__name__}: {exc}", code="adapter_error"
+                ) from exc
 
     async def _watch(self, run_id: str, work: Awaitable[T]) -> T:
         """Await ``work``; with a watch interval, stop it if another process cancels."""
@@ -270,9 +312,52 @@ class Runner:
                 raise _CancelledElsewhere(stored.document)
 
 
+async def update_run(
+    store: RunStore,
+    run_id: str,
+    apply: Callable[[RunDocument], list[Event]],
+    *,
+    on_commit: EventHook | None = None,
+) -> RunDocument:
+    """Read, change and save a run; when another writer got there first, read it again and
+    apply the change to what it wrote (which may now refuse it). Nothing is lost."""
+    for _ in range(8):
+        stored = await store.load(run_id)
+        doc = stored.document
+        doc.format = "oar/0.2"
+        events = apply(doc)
+        try:
+            await store.save(doc, stored.version, events)
+        except ConflictError:
+            continue
+        if on_commit is not None:
+            on_commit(doc, events)
+        return doc
+    raise ConflictError(f"run {run_id} kept changing; try again", code="busy")
+
+
+async def cancel_run(
+    store: RunStore,
+    run_id: str,
+    reason: str | None = None,
+    *,
+    clock: Callable[[], str] = now_rfc3339,
+    on_commit: EventHook | None = None,
+) -> RunDocument:
+    """Cancel a live run from any process; a runner driving it stops at its next look."""
+    return await update_run(
+        store, run_id, lambda d: core.cancel(d, clock(), reason), on_commit=on_commit
+    )
+
+
 def _missing(call: ToolCallPart) -> ToolResultPart:
-    return ToolResultPart(type="tool_result", tool_call_id=call.id, tool_name=call.name,
-                          content=f"Tool {call.name!r} is no longer available.", is_error=True)
+    return ToolResultPart(
+        type="tool_result",
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=f"Tool {call.name!r} is no longer available.",
+        is_error=True,
+    )
 
 
 async def _gather(coros: list[Awaitable[T]]) -> list[T]:

@@ -108,6 +108,14 @@ def _explain(err: Any, document: dict[str, Any]) -> Iterator[tuple[list[Any], st
         for sub in named[0]:
             yield from _explain(sub, document)
         return
+    # the tag itself is absent: every shape misses it, and no ``const`` could fail
+    missing = [
+        {s.message for s in subs if s.validator == "required"} for subs in by_branch.values()
+    ]
+    if not any(tag_errors) and (common := set.intersection(*missing)):
+        for message in sorted(common):
+            yield path, _sentence(next(s for s in err.context if s.message == message), document)
+        return
     tags = {t.relative_path[0] for ts in tag_errors for t in ts}
     if len(tags) == 1 and all(tag_errors):
         tag = tags.pop()

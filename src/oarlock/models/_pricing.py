@@ -19,11 +19,17 @@ class Price:
     cached_input_per_million: float | None = None
 
     def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
-        cached_rate = (self.cached_input_per_million if self.cached_input_per_million is not None
-                       else self.input_per_million)
+        cached_rate = (
+            self.cached_input_per_million
+            if self.cached_input_per_million is not None
+            else self.input_per_million
+        )
         fresh = max(input_tokens - cached_tokens, 0)
-        return (fresh * self.input_per_million + cached_tokens * cached_rate
-                + output_tokens * self.output_per_million) / 1_000_000
+        return (
+            fresh * self.input_per_million
+            + cached_tokens * cached_rate
+            + output_tokens * self.output_per_million
+        ) / 1_000_000
 
 
 DEFAULT_PRICES: dict[str, Price] = {
@@ -61,7 +67,9 @@ class PricingTable:
         if price is None:
             raise ConfigError(
                 f"no price for model {model!r}, and a cost limit is set: add it to the agent's "
-                "pricing (USD per million input and output tokens)", code="unpriced_model")
+                "pricing (USD per million input and output tokens)",
+                code="unpriced_model",
+            )
         return price
 
     @staticmethod
@@ -74,12 +82,17 @@ class PricingTable:
                 out[model] = Price(
                     float(entry["input_per_million"]),
                     float(entry["output_per_million"]),
-                    (float(entry["cached_input_per_million"])
-                     if "cached_input_per_million" in entry else None))
+                    (
+                        float(entry["cached_input_per_million"])
+                        if "cached_input_per_million" in entry
+                        else None
+                    ),
+                )
             except (KeyError, TypeError, ValueError) as exc:
                 raise ConfigError(
                     f"pricing for {model!r} needs numeric input_per_million and "
-                    f"output_per_million ({exc})") from None
+                    f"output_per_million ({exc})"
+                ) from None
             if min(out[model].input_per_million, out[model].output_per_million) < 0:
                 raise ConfigError(f"pricing for {model!r} cannot be negative")
         return out

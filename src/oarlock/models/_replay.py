@@ -35,8 +35,11 @@ class ReplayModel:
         self._compare(request)
         index = sum(1 for m in request.messages if m.role == "assistant")
         if index >= len(self._turns):
-            raise ModelError(f"the original run has {len(self._turns)} assistant turns; the "
-                             f"replay asked for turn {index + 1}", code="replay_exhausted")
+            raise ModelError(
+                f"the original run has {len(self._turns)} assistant turns; the "
+                f"replay asked for turn {index + 1}",
+                code="replay_exhausted",
+            )
         return ModelResponse(self._turns[index].model_copy(deep=True))
 
     def _compare(self, request: ModelRequest) -> None:

@@ -40,7 +40,7 @@ class ScriptedModel:
             raise ConfigError(f"cannot read script {p}: {exc}") from None
         if isinstance(data, dict):
             data = data.get("turns")
-        return cls(data, name=p.stem)
+        return cls(data, name=p.stem.removesuffix(".script"))
 
     @property
     def model_id(self) -> str:
@@ -49,8 +49,10 @@ class ScriptedModel:
     async def respond(self, request: ModelRequest) -> ModelResponse:
         index = sum(1 for m in request.messages if m.role == "assistant")
         if index >= len(self.turns):
-            raise ModelError(f"the script has {len(self.turns)} turns; turn {index + 1} was "
-                             "asked for", code="script_exhausted")
+            raise ModelError(
+                f"the script has {len(self.turns)} turns; turn {index + 1} was asked for",
+                code="script_exhausted",
+            )
         turn = self.turns[index]
         self._fail_if_scripted(index, turn.get("fail") or [])
         return ModelResponse(_message(index, turn), *_usage(turn))
@@ -64,14 +66,18 @@ class ScriptedModel:
         kind = f.get("kind", "server_error")
         if kind == "fatal":
             raise ModelError(f.get("message", "scripted fatal error"), code="scripted_fatal")
-        raise RetryableModelError(f.get("message", f"scripted {kind}"), code=kind,
-                                  retry_after=f.get("retry_after"))
+        raise RetryableModelError(
+            f.get("message", f"scripted {kind}"), code=kind, retry_after=f.get("retry_after")
+        )
 
 
 def _usage(turn: dict[str, Any]) -> tuple[int, int, int]:
     u = turn.get("usage") or {}
-    return int(u.get("input_tokens", 0)), int(u.get("output_tokens", 0)), int(
-        u.get("cached_tokens", 0))
+    return (
+        int(u.get("input_tokens", 0)),
+        int(u.get("output_tokens", 0)),
+        int(u.get("cached_tokens", 0)),
+    )
 
 
 def _message(index: int, turn: dict[str, Any]) -> AssistantMessage:
@@ -82,11 +88,19 @@ def _message(index: int, turn: dict[str, Any]) -> AssistantMessage:
         args = call.get("arguments", {})
         call_id = str(call.get("id") or f"call_{index + 1}_{j + 1}")
         if isinstance(args, dict):
-            parts.append(ToolCallPart(type="tool_call", id=call_id, name=str(call["name"]),
-                                      arguments=args))
+            parts.append(
+                ToolCallPart(type="tool_call", id=call_id, name=str(call["name"]), arguments=args)
+            )
         else:
-            parts.append(ToolCallPart(type="tool_call", id=call_id, name=str(call["name"]),
-                                      arguments={}, rawArguments=str(args)))  # type: ignore[call-arg]
+            parts.append(
+                ToolCallPart(
+                    type="tool_call",
+                    id=call_id,
+                    name=str(call["name"]),
+                    arguments={},
+                    rawArguments=str(args),
+                )
+            )  # type: ignore[call-arg]
     if not parts:
         parts.append(TextPart(type="text", text=""))
     return AssistantMessage(role="assistant", content=parts)

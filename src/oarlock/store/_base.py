@@ -15,10 +15,16 @@ from oarlock.formats._models import RunDocument
 
 __all__ = ["EVENT_KINDS", "Event", "RunStore", "RunSummary", "StoredRun"]
 
-EVENT_KINDS = frozenset({
-    "run_created", "model_responded", "tool_called", "approval_requested",
-    "approval_decided", "status_changed",
-})
+EVENT_KINDS = frozenset(
+    {
+        "run_created",
+        "model_responded",
+        "tool_called",
+        "approval_requested",
+        "approval_decided",
+        "status_changed",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +72,7 @@ class RunStore(Protocol):
         """The run's current document and version. Raises NotFound."""
         ...
 
-    async def save(
-        self, document: RunDocument, expected_version: int, events: list[Event]
-    ) -> int:
+    async def save(self, document: RunDocument, expected_version: int, events: list[Event]) -> int:
         """Replace the document and append ``events`` in one transaction, if the stored
         version is ``expected_version``; returns the new version. Raises ConflictError
         (nothing changed) or NotFound."""
@@ -79,7 +83,10 @@ class RunStore(Protocol):
         ...
 
     async def list_runs(
-        self, *, status: str | None = None, tags: dict[str, str] | None = None,
+        self,
+        *,
+        status: str | None = None,
+        tags: dict[str, str] | None = None,
         limit: int = 100,
     ) -> list[RunSummary]:
         """Runs, newest first, filtered by status and by every given tag."""

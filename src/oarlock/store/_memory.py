@@ -38,9 +38,7 @@ class MemoryStore:
             raise NotFound(f"no run {run_id}") from None
         return StoredRun(parse_json(RunDocument, raw), version, agent_ref)
 
-    async def save(
-        self, document: RunDocument, expected_version: int, events: list[Event]
-    ) -> int:
+    async def save(self, document: RunDocument, expected_version: int, events: list[Event]) -> int:
         run_id = document.id
         try:
             _, version, agent_ref = self._runs[run_id]
@@ -65,7 +63,10 @@ class MemoryStore:
         return list(self._events[run_id])
 
     async def list_runs(
-        self, *, status: str | None = None, tags: dict[str, str] | None = None,
+        self,
+        *,
+        status: str | None = None,
+        tags: dict[str, str] | None = None,
         limit: int = 100,
     ) -> list[RunSummary]:
         out = []
@@ -76,8 +77,17 @@ class MemoryStore:
                 continue
             if tags and any(run_tags.get(k) != v for k, v in tags.items()):
                 continue
-            out.append(RunSummary(doc["id"], doc["agent"], doc["status"], run_tags,
-                                  doc["turns"], doc["createdAt"], doc["updatedAt"]))
+            out.append(
+                RunSummary(
+                    doc["id"],
+                    doc["agent"],
+                    doc["status"],
+                    run_tags,
+                    doc["turns"],
+                    doc["createdAt"],
+                    doc["updatedAt"],
+                )
+            )
         out.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return out[:limit]
 

@@ -101,9 +101,13 @@ def _compact(value: Any) -> str:
 def _columns(document: RunDocument) -> dict[str, Any]:
     """The columns of ``runs`` that are copied out of the document."""
     return {
-        "id": document.id, "agent": document.agent, "status": document.status,
-        "turns": document.turns, "tags": _compact(document.tags or {}),
-        "created_at": document.created_at, "updated_at": document.updated_at,
+        "id": document.id,
+        "agent": document.agent,
+        "status": document.status,
+        "turns": document.turns,
+        "tags": _compact(document.tags or {}),
+        "created_at": document.created_at,
+        "updated_at": document.updated_at,
         "document": dump_json(document),
     }
 
@@ -111,8 +115,10 @@ def _columns(document: RunDocument) -> dict[str, Any]:
 def _event_rows(run_id: str, events: list[Event]) -> list[dict[str, Any]]:
     """Serialized before the transaction, so data that is not JSON changes nothing."""
     try:
-        return [{"run_id": run_id, "kind": ev.kind, "at": ev.at, "data": _compact(ev.data)}
-                for ev in events]
+        return [
+            {"run_id": run_id, "kind": ev.kind, "at": ev.at, "data": _compact(ev.data)}
+            for ev in events
+        ]
     except (TypeError, ValueError) as exc:
         raise StoreError(f"event data of run {run_id} is not JSON: {exc}") from exc
 
@@ -126,8 +132,15 @@ def _json(run_id: str, text: str, what: str) -> Any:
 
 def _summary(row: sqlite3.Row) -> RunSummary:
     tags = _json(row["id"], row["tags"], "tags")
-    return RunSummary(row["id"], row["agent"], row["status"], tags,
-                      row["turns"], row["created_at"], row["updated_at"])
+    return RunSummary(
+        row["id"],
+        row["agent"],
+        row["status"],
+        tags,
+        row["turns"],
+        row["created_at"],
+        row["updated_at"],
+    )
 
 
 class SQLiteStore:
@@ -247,9 +260,7 @@ class SQLiteStore:
             raise IntegrityError(f"run {run_id}: stored document has id {document.id}")
         return document
 
-    async def save(
-        self, document: RunDocument, expected_version: int, events: list[Event]
-    ) -> int:
+    async def save(self, document: RunDocument, expected_version: int, events: list[Event]) -> int:
         run_id, q = document.id, named_queries()
         columns, rows = _columns(document), _event_rows(document.id, events)
         conn = self._db()
@@ -267,19 +278,23 @@ class SQLiteStore:
         row = conn.execute(named_queries()["run_version"], {"id": run_id}).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id}")
-        raise ConflictError(
-            f"run {run_id} changed: stored version {row[0]}, expected {expected}"
-        )
+        raise ConflictError(f"run {run_id} changed: stored version {row[0]}, expected {expected}")
 
     async def events(self, run_id: str) -> list[Event]:
         rows = self._query("list_events", {"id": run_id}, f"reading events of run {run_id}")
         if not rows:
             raise NotFound(f"no run {run_id}")
-        return [Event(row["kind"], row["at"], _json(run_id, row["data"], "event data"),
-                      row["seq"]) for row in rows if row["seq"] is not None]
+        return [
+            Event(row["kind"], row["at"], _json(run_id, row["data"], "event data"), row["seq"])
+            for row in rows
+            if row["seq"] is not None
+        ]
 
     async def list_runs(
-        self, *, status: str | None = None, tags: dict[str, str] | None = None,
+        self,
+        *,
+        status: str | None = None,
+        tags: dict[str, str] | None = None,
         limit: int = 100,
     ) -> list[RunSummary]:
         params: dict[str, Any] = {"status": status, "limit": max(limit, 0)}
@@ -299,7 +314,9 @@ class SQLiteStore:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()

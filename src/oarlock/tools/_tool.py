@@ -75,8 +75,11 @@ def _arguments_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) ->
 
 def _strip_titles(schema: Any) -> Any:
     if isinstance(schema, dict):
-        return {k: _strip_titles(v) for k, v in schema.items()
-                if not (k == "title" and isinstance(v, str))}
+        return {
+            k: _strip_titles(v)
+            for k, v in schema.items()
+            if not (k == "title" and isinstance(v, str))
+        }
     if isinstance(schema, list):
         return [_strip_titles(v) for v in schema]
     return schema
@@ -99,8 +102,10 @@ class Tool:
 
     def __post_init__(self) -> None:
         if self.side_effect not in SIDE_EFFECT_CLASSES:
-            raise ConfigError(f"tool {self.name!r}: unknown side-effect class "
-                              f"{self.side_effect!r}; use one of {', '.join(SIDE_EFFECT_CLASSES)}")
+            raise ConfigError(
+                f"tool {self.name!r}: unknown side-effect class "
+                f"{self.side_effect!r}; use one of {', '.join(SIDE_EFFECT_CLASSES)}"
+            )
         self.is_async = inspect.iscoroutinefunction(self.fn)
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +117,9 @@ class Tool:
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
                 for e in exc.errors(include_url=False)
             )
-            raise ToolArgumentsError(f"invalid arguments for tool {self.name!r}: {problems}") from None
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self.name!r}: {problems}"
+            ) from None
         return {k: getattr(parsed, k) for k in type(parsed).model_fields}
 
     def requires_approval(self, arguments: dict[str, Any]) -> bool:
@@ -130,24 +137,33 @@ class Tool:
         return await asyncio.to_thread(self.fn, **arguments)
 
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description,
-                "parameters": self.parameters}
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
 @overload
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = ..., side_effect: SideEffectClass | None = ...,
-    needs_approval: ApprovalRule = ..., allow_response: bool = ...,
-    timeout_seconds: float | None = ..., description: str | None = ...,
+    *,
+    name: str | None = ...,
+    side_effect: SideEffectClass | None = ...,
+    needs_approval: ApprovalRule = ...,
+    allow_response: bool = ...,
+    timeout_seconds: float | None = ...,
+    description: str | None = ...,
     schema_version: str = ...,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
-    fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
-    side_effect: SideEffectClass | None = None, needs_approval: ApprovalRule = None,
-    allow_response: bool = False, timeout_seconds: float | None = None,
-    description: str | None = None, schema_version: str = "1",
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    side_effect: SideEffectClass | None = None,
+    needs_approval: ApprovalRule = None,
+    allow_response: bool = False,
+    timeout_seconds: float | None = None,
+    description: str | None = None,
+    schema_version: str = "1",
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a tool. ``side_effect`` defaults to the most cautious class.
 
@@ -159,10 +175,15 @@ def tool(
         summary, docs = _doc_parts(f)
         model = _arguments_model(f, tool_name, docs)
         return Tool(
-            fn=f, name=tool_name, description=description or summary,
-            side_effect=side_effect or CAUTIOUS_CLASS, needs_approval=needs_approval,
-            allow_response=allow_response, timeout_seconds=timeout_seconds,
-            schema_version=schema_version, arguments_model=model,
+            fn=f,
+            name=tool_name,
+            description=description or summary,
+            side_effect=side_effect or CAUTIOUS_CLASS,
+            needs_approval=needs_approval,
+            allow_response=allow_response,
+            timeout_seconds=timeout_seconds,
+            schema_version=schema_version,
+            arguments_model=model,
             parameters=_strip_titles(model.model_json_schema()),
         )
 
@@ -207,4 +228,3 @@ class Toolset:
 
     def __len__(self) -> int:
         return len(self._tools)
-

@@ -1,0 +1,74 @@
+"""``oarlock demo``: the refund desk, end to end and offline."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from oarlock.cli import EXIT_INVALID, EXIT_OK
+from oarlock.cli._runs import _db, _progress
+from oarlock.cli._show import print_pending, print_summary
+from oarlock.demo import AGENT_FILE
+from oarlock.engine._agentfile import load_agent
+from oarlock.engine._runner import Runner
+from oarlock.errors import OarlockError
+from oarlock.formats._models import RunDocument
+from oarlock.store._sqlite import SQLiteStore
+
+__all__ = ["run_demo"]
+
+REQUEST = "Order A-1001 arrived broken. Please refund it."
+
+
+def _ask(doc: RunDocument) -> bool:
+    for appr in doc.pending_approvals:
+        if appr.decision is None:
+            print(f"\n{appr.tool_name} wants to run with {appr.arguments}")
+    try:
+        answer = input("Approve? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    db = _db(args)
+    store = SQLiteStore(db)
+    try:
+        runner = Runner(load_agent(AGENT_FILE), store, on_commit=_progress)
+        print(f"> {REQUEST}")
+        doc = await runner.start(REQUEST, tags={"demo": "refund-desk"}, agent_ref=str(AGENT_FILE))
+        while doc.status == "waiting_approval":
+            print(f"\nrun {doc.id} paused: a refund needs a human")
+            print_pending(doc)
+            approve = args.yes or (sys.stdin.isatty() and _ask(doc))
+            if not approve and not sys.stdin.isatty():
+                print(
+                    f"\nleft waiting. Approve with: oarlock --db {db} approve {doc.id} "
+                    f"{doc.pending_approvals[0].tool_call_id}"
+                )
+                return EXIT_OK
+            for appr in [a for a in doc.pending_approvals if a.decision is None]:
+                doc = await runner.decide(
+                    doc.id,
+                    appr.tool_call_id,
+                    "approved" if approve else "denied",
+                    reason=None if approve else "declined at the prompt",
+                )
+                print(f"{appr.tool_call_id}: {'approved' if approve else 'denied'}")
+            doc = await runner.resume(doc.id)
+        print()
+        print_summary(doc)
+        print(f"stored in {db}; see it with: oarlock --db {db} runs show {doc.id}")
+        return EXIT_OK if doc.status == "completed" else EXIT_INVALID
+    finally:
+        await store.close()
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_demo(args))
+    except OarlockError as exc:
+        print(f"oarlock: {exc}", file=sys.stderr)
+        return EXIT_INVALID

@@ -1,0 +1,249 @@
+"""``oarlock run``, ``runs``, ``approve``, ``deny``, ``respond``, ``resume``, ``cancel``,
+``replay`` and ``demo``: each opens the store, does one thing, and says what happened."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from oarlock.cli._show import print_runs, print_summary, timeline
+from oarlock.engine._agent import Agent
+from oarlock.engine._agentfile import load_agent
+from oarlock.engine._runner import Runner, cancel_run
+from oarlock.errors import OarlockError
+from oarlock.formats._codec import dump
+from oarlock.formats._models import RunDocument
+from oarlock.store._base import Event, RunStore
+from oarlock.store._sqlite import SQLiteStore, default_db_path
+
+__all__ = ["dispatch"]
+
+T = TypeVar("T")
+EXIT_HALTED = 3
+_DONE_OK = {"completed", "waiting_approval", "running"}
+
+
+def _db(args: argparse.Namespace) -> Path:
+    return Path(args.db) if args.db else default_db_path()
+
+
+def _tags(pairs: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise OarlockError(f"--tag needs KEY=VALUE, not {pair!r}", code="usage")
+        out[key] = value
+    return out
+
+
+def _progress(doc: RunDocument, events: list[Event]) -> None:
+    if not sys.stderr.isatty():
+        return
+    for ev in events:
+        if ev.kind == "model_responded":
+            calls = ev.data.get("toolCalls") or []
+            sys.stderr.write(
+                f"\r  turn {ev.data['turn']}: model answered"
+                f"{f', calls {len(calls)} tool(s)' if calls else ''}\x1b[K"
+            )
+        elif ev.kind == "status_changed":
+            sys.stderr.write(f"\r  status {ev.data['to']}\x1b[K\n")
+    sys.stderr.flush()
+
+
+def _runner(agent: Agent, store: RunStore) -> Runner:
+    return Runner(agent, store, on_commit=_progress, watch_interval=0.25)
+
+
+async def _with_store(args: argparse.Namespace, work: Callable[[RunStore], Awaitable[T]]) -> T:
+    store = SQLiteStore(_db(args))
+    try:
+        return await work(store)
+    finally:
+        await store.close()
+
+
+async def _agent_of(store: RunStore, run_id: str) -> Agent:
+    stored = await store.load(run_id)
+    if not stored.agent_ref:
+        raise OarlockError(
+            f"run {run_id} has no agent file on record; resume it from Python with its Agent",
+            code="no_agent_ref",
+        )
+    return load_agent(stored.agent_ref)
+
+
+def _finish(doc: RunDocument) -> int:
+    print_summary(doc)
+    return EXIT_OK if doc.status in _DONE_OK else EXIT_HALTED
+
+
+async def _run(args: argparse.Namespace, store: RunStore) -> int:
+    agent_file = str(Path(args.agent_file).resolve())
+    agent = load_agent(agent_file)
+    runner = _runner(agent, store)
+    if args.detach:
+        doc, _ = await runner.create(args.input, tags=_tags(args.tag), agent_ref=agent_file)
+        log = _db(args).with_suffix(f".{doc.id}.log")
+        with open(log, "ab") as fh:
+            subprocess.Popen(
+                [sys.executable, "-m", "oarlock.cli", "--db", str(_db(args)), "resume", doc.id],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        print(f"run {doc.id} started in the background (log: {log})")
+        return EXIT_OK
+    doc = await runner.start(args.input, tags=_tags(args.tag), agent_ref=agent_file)
+    return _finish(doc)
+
+
+async def _list(args: argparse.Namespace, store: RunStore) -> int:
+    runs = await store.list_runs(status=args.status, tags=_tags(args.tag), limit=args.limit)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in runs], indent=2))
+    elif runs:
+        print_runs(runs)
+    else:
+        print("no runs")
+    return EXIT_OK
+
+
+async def _show(args: argparse.Namespace, store: RunStore) -> int:
+    stored = await store.load(args.run_id)
+    print("\n".join(timeline(stored.document, await store.events(args.run_id))))
+    return EXIT_OK
+
+
+async def _export(args: argparse.Namespace, store: RunStore) -> int:
+    stored = await store.load(args.run_id)
+    doc = stored.document
+    doc.format = "oar/0.2"
+    print(json.dumps(dump(doc), indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+async def _decide(args: argparse.Namespace, store: RunStore) -> int:
+    runner = _runner(await _agent_of(store, args.run_id), store)
+    edited = None
+    if getattr(args, "edit", None):
+        try:
+            edited = json.loads(args.edit)
+        except ValueError as exc:
+            raise OarlockError(f"--edit is not JSON: {exc}", code="usage") from None
+        if not isinstance(edited, dict):
+            raise OarlockError("--edit must be a JSON object", code="usage")
+    doc = await runner.decide(
+        args.run_id,
+        args.call_id,
+        args.decision,
+        reason=args.reason,
+        edited_arguments=edited,
+        response=getattr(args, "text", None),
+    )
+    print(f"{args.call_id}: {args.decision}")
+    if doc.status == "running" and not args.no_resume:
+        doc = await runner.resume(args.run_id)
+    return _finish(doc)
+
+
+async def _resume(args: argparse.Namespace, store: RunStore) -> int:
+    runner = _runner(await _agent_of(store, args.run_id), store)
+    return _finish(await runner.resume(args.run_id))
+
+
+async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
+    doc = await cancel_run(store, args.run_id, args.reason)
+    print(f"run {doc.id}: cancelled")
+    return EXIT_OK
+
+
+async def _replay(args: argparse.Namespace, store: RunStore) -> int:
+    from oarlock.models._replay import ReplayModel
+
+    stored = await store.load(args.run_id)
+    base = await _agent_of(store, args.run_id)
+    model = ReplayModel(stored.document)
+    agent = Agent(
+        base.name,
+        model,
+        instructions=base.instructions,
+        tools=base.tools,
+        limits=base.limits,
+        tenant=base.tenant,
+    )
+    runner = Runner(agent, store)
+    tags = {**(stored.document.tags or {}), "replay_of": args.run_id}
+    doc = await runner.start(stored.document.input, tags=tags, agent_ref=stored.agent_ref)
+    while doc.status == "waiting_approval":
+        doc = await _replay_decisions(runner, doc, store, args.run_id)
+    print(
+        f"replay run {doc.id}: {doc.status} after {doc.turns} turns "
+        f"(original: {stored.document.status} after {stored.document.turns})"
+    )
+    if not model.divergences:
+        print("no divergence: the replay matches the original")
+        return EXIT_OK
+    for d in model.divergences:
+        print(
+            f"diverges at message {d.message_index}:\n  original: {d.expected}\n"
+            f"  replay:   {d.actual}"
+        )
+    return EXIT_INVALID
+
+
+async def _replay_decisions(
+    runner: Runner, doc: RunDocument, store: RunStore, original_id: str
+) -> RunDocument:
+    """Apply the original run's decisions to the replay's pending approvals."""
+    decided = {
+        e.data["toolCallId"]: e.data
+        for e in await store.events(original_id)
+        if e.kind == "approval_decided"
+    }
+    for appr in [a for a in doc.pending_approvals if a.decision is None]:
+        d = decided.get(appr.tool_call_id)
+        if d is None:
+            return await runner.cancel(
+                doc.id, f"the original run has no decision for {appr.tool_call_id}"
+            )
+        doc = await runner.decide(
+            doc.id,
+            appr.tool_call_id,
+            d["decision"],
+            reason=d.get("reason"),
+            response=d.get("response"),
+            edited_arguments=d.get("editedArguments"),
+        )
+    return await runner.resume(doc.id)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, RunStore], Awaitable[int]]] = {
+    "run": _run,
+    "runs list": _list,
+    "runs show": _show,
+    "runs export": _export,
+    "decide": _decide,
+    "resume": _resume,
+    "cancel": _cancel,
+    "replay": _replay,
+}
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    command = _COMMANDS[args.action]
+    try:
+        return asyncio.run(_with_store(args, lambda store: command(args, store)))
+    except OarlockError as exc:
+        print(f"oarlock: {exc}", file=sys.stderr)
+        return EXIT_USAGE if exc.code == "usage" else EXIT_INVALID

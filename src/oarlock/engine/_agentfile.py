@@ -1,0 +1,137 @@
+"""Agent files: an agent in YAML, for the command line.
+
+```yaml
+name: refund-desk
+instructions: You resolve refund requests.
+model: scripted:refund-desk.script.yaml    # scripted:PATH is relative to this file
+tenant: acme
+tools:
+  - oarlock.demo.refund_desk:lookup_order  # an import path: a @tool or a plain function
+  - path: oarlock.demo.refund_desk:issue_refund
+    side_effect: spend                     # overrides, all optional
+    needs_approval: true                   # true, false, or module:predicate
+    allow_response: false
+    timeout_seconds: 10
+limits: {max_turns: 10, max_cost_usd: 0.50, max_input_tokens: 100000, max_output_tokens: 20000}
+pricing:
+  "openai:my-finetune": {input_per_million: 3.0, output_per_million: 12.0}
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from oarlock.engine._agent import Agent, Limits
+from oarlock.errors import ConfigError
+from oarlock.models._base import ModelAdapter
+from oarlock.models._pricing import PricingTable
+from oarlock.tools._tool import Tool, tool
+
+__all__ = ["load_agent", "load_model", "resolve_import"]
+
+_TOP = {"name", "instructions", "model", "tenant", "tools", "limits", "pricing", "description"}
+_TOOL = {"path", "name", "side_effect", "needs_approval", "allow_response", "timeout_seconds"}
+_LIMITS = {"max_turns", "max_cost_usd", "max_input_tokens", "max_output_tokens"}
+
+
+def resolve_import(path: str, where: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"{where}: {path!r} is not an import path like 'package.module:name'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{where}: cannot import {path!r}: {exc}") from None
+    return obj
+
+
+def load_model(spec: str, base: Path) -> ModelAdapter:
+    """A model from its string: ``scripted:PATH`` (relative to ``base``)."""
+    provider, _, rest = spec.partition(":")
+    if provider == "scripted" and rest:
+        from oarlock.models._scripted import ScriptedModel
+
+        path = Path(rest)
+        return ScriptedModel.from_file(path if path.is_absolute() else base / path)
+    raise ConfigError(f"unknown model {spec!r}: this version runs scripted:PATH models")
+
+
+def _mapping(value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a mapping")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
+        )
+    return value
+
+
+def _tool(entry: Any, index: int) -> Tool:
+    where = f"tools[{index}]"
+    spec = {"path": entry} if isinstance(entry, str) else _mapping(entry, where, _TOOL)
+    if "path" not in spec:
+        raise ConfigError(f"{where}: needs 'path' (an import path)")
+    obj = resolve_import(str(spec["path"]), where)
+    t = obj if isinstance(obj, Tool) else tool(obj) if callable(obj) else None
+    if t is None:
+        raise ConfigError(f"{where}: {spec['path']!r} is neither a tool nor a function")
+    changes: dict[str, Any] = {
+        k: spec[k]
+        for k in ("name", "side_effect", "allow_response", "timeout_seconds")
+        if k in spec
+    }
+    rule = spec.get("needs_approval")
+    if isinstance(rule, str):
+        changes["needs_approval"] = resolve_import(rule, f"{where}.needs_approval")
+    elif rule is not None:
+        if not isinstance(rule, bool):
+            raise ConfigError(f"{where}.needs_approval must be true, false or an import path")
+        changes["needs_approval"] = rule
+    return dataclasses.replace(t, **changes) if changes else t
+
+
+def load_agent(path: str | Path) -> Agent:
+    """Build the agent an agent file describes. Errors name the file and the key."""
+    import yaml
+
+    file = Path(path).resolve()
+    try:
+        raw = yaml.safe_load(file.read_text("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read agent file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"agent file {path} is not valid YAML: {exc}") from None
+    try:
+        spec = _mapping(raw, "the agent file", _TOP)
+        for key in ("name", "model"):
+            if not isinstance(spec.get(key), str) or not spec[key]:
+                raise ConfigError(f"'{key}' is required and must be a string")
+        if str(file.parent) not in sys.path:
+            sys.path.insert(0, str(file.parent))
+        limits = _mapping(spec.get("limits") or {}, "limits", _LIMITS)
+        tools = spec.get("tools") or []
+        if not isinstance(tools, list):
+            raise ConfigError("'tools' must be a list")
+        return Agent(
+            spec["name"],
+            load_model(spec["model"], file.parent),
+            instructions=str(spec.get("instructions") or ""),
+            tools=[_tool(t, i) for i, t in enumerate(tools)],
+            limits=Limits(**limits),
+            tenant=str(spec.get("tenant") or "default"),
+            prices=PricingTable.parse(
+                _mapping(spec.get("pricing") or {}, "pricing", set(spec.get("pricing") or {}))
+            ),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{file.name}: {exc}", code=exc.code) from None
+    except TypeError as exc:
+        raise ConfigError(f"{file.name}: {exc}") from None

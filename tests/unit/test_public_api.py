@@ -1,0 +1,154 @@
+"""The public surface: ``oarlock.__all__`` and ``oarlock.formats.__all__`` are pinned, every
+name resolves, and ``import oarlock`` stays light (no pydantic, no jsonschema)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import oarlock
+import oarlock.formats
+
+OARLOCK_ALL = [
+    "CanonicalizationError",
+    "DocumentInvalid",
+    "ExecutionScope",
+    "FormatError",
+    "OarlockError",
+    "PolicyDecision",
+    "Problem",
+    "Report",
+    "RunDocument",
+    "ToolInvocation",
+    "ToolReceipt",
+    "UpgradeError",
+    "__version__",
+    "canonicalize",
+    "digest",
+    "downgrade",
+    "dump_run",
+    "ensure_valid",
+    "parse_run",
+    "upgrade",
+    "validate",
+]
+
+FORMATS_ALL = [
+    "APPROVAL_REQUIRED_CLASSES",
+    "AssistantMessage",
+    "ExecutionScope",
+    "Kind",
+    "Message",
+    "PendingApproval",
+    "PolicyDecision",
+    "Problem",
+    "Report",
+    "RunDocument",
+    "RunStatus",
+    "SIDE_EFFECT_CLASSES",
+    "SideEffectClass",
+    "TextPart",
+    "ToolCallPart",
+    "ToolInvocation",
+    "ToolReceipt",
+    "ToolResultPart",
+    "Usage",
+    "UserMessage",
+    "canonicalize",
+    "detect_kind",
+    "digest",
+    "digest_bytes",
+    "downgrade",
+    "dump",
+    "dump_json",
+    "dump_run",
+    "ensure_valid",
+    "loads_strict",
+    "now_rfc3339",
+    "parse",
+    "parse_json",
+    "parse_rfc3339",
+    "parse_run",
+    "upgrade",
+    "validate",
+]
+
+
+def test_oarlock_all_is_pinned():
+    assert list(oarlock.__all__) == OARLOCK_ALL
+
+
+def test_formats_all_is_pinned():
+    assert list(oarlock.formats.__all__) == FORMATS_ALL
+
+
+@pytest.mark.parametrize("name", OARLOCK_ALL)
+def test_every_oarlock_name_resolves(name):
+    value = getattr(oarlock, name)
+    assert value is not None
+    assert name in dir(oarlock)
+
+
+@pytest.mark.parametrize("name", FORMATS_ALL)
+def test_every_formats_name_resolves(name):
+    assert getattr(oarlock.formats, name) is not None
+
+
+@pytest.mark.parametrize("name", sorted(set(OARLOCK_ALL) - {"__version__"}))
+def test_top_level_names_are_the_real_objects(name):
+    import oarlock.errors
+
+    source = oarlock.formats if hasattr(oarlock.formats, name) else oarlock.errors
+    assert getattr(oarlock, name) is getattr(source, name)
+
+
+def test_star_import_gives_exactly_all():
+    namespace: dict[str, object] = {}
+    exec("from oarlock import *", namespace)
+    assert sorted(k for k in namespace if k != "__builtins__") == sorted(OARLOCK_ALL)
+
+
+def test_unknown_attribute_raises_attribute_error():
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        _ = oarlock.no_such_thing  # type: ignore[attr-defined]
+
+
+def test_version_is_a_string():
+    assert isinstance(oarlock.__version__, str)
+    assert oarlock.__version__.count(".") >= 2
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+HEAVY = ("pydantic", "pydantic_core", "jsonschema", "referencing", "rfc8785")
+
+
+def test_import_oarlock_is_light():
+    loaded = _modules_after("import oarlock")
+    assert "oarlock" in loaded
+    heavy = {m for m in loaded if m.split(".")[0] in HEAVY}
+    assert heavy == set(), heavy
+
+
+def test_import_of_the_cli_is_light():
+    loaded = _modules_after("import oarlock.cli; oarlock.cli.build_parser()")
+    heavy = {m for m in loaded if m.split(".")[0] in ("pydantic", "jsonschema")}
+    assert heavy == set(), heavy
+
+
+def test_first_use_of_a_lazy_name_loads_the_formats():
+    loaded = _modules_after("import oarlock; oarlock.validate")
+    assert "oarlock.formats" in loaded
+    assert "oarlock.formats" not in _modules_after("import oarlock")
