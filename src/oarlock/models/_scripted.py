@@ -92,15 +92,9 @@ def _message(index: int, turn: dict[str, Any]) -> AssistantMessage:
                 ToolCallPart(type="tool_call", id=call_id, name=str(call["name"]), arguments=args)
             )
         else:
-            parts.append(
-                ToolCallPart(
-                    type="tool_call",
-                    id=call_id,
-                    name=str(call["name"]),
-                    arguments={},
-                    rawArguments=str(args),
-                )
-            )  # type: ignore[call-arg]
+            raw = {"type": "tool_call", "id": call_id, "name": str(call["name"]),
+                   "arguments": {}, "rawArguments": str(args)}
+            parts.append(ToolCallPart.model_validate(raw))
     if not parts:
         parts.append(TextPart(type="text", text=""))
     return AssistantMessage(role="assistant", content=parts)
