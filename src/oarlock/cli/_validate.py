@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -108,7 +109,10 @@ def run_upgrade(args: argparse.Namespace) -> int:
     if target is None:
         sys.stdout.write(text)
         return EXIT_OK
-    _write_atomic(Path(target), text)
+    try:
+        _write_atomic(Path(target), text)
+    except OSError as exc:
+        return _fail(f"cannot write {target}: {exc.strerror or exc}", EXIT_INVALID)
     return EXIT_OK
 
 
@@ -120,6 +124,14 @@ def _write_atomic(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        # mkstemp makes the file 0600: keep the mode of the file replaced, else the umask's
+        if path.exists():
+            mode = stat.S_IMODE(path.stat().st_mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

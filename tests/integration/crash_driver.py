@@ -1,0 +1,87 @@
+"""Runs an agent file against a SQLite store in its own process and kills itself with
+SIGKILL at a chosen point, so that the test can resume the run in another process.
+
+    python crash_driver.py AGENT_FILE DB RUN_ID INPUT MODE
+
+MODE is one of:
+
+* ``none``: run until the run finishes or waits for a human, then exit 0;
+* ``commit:N``: SIGKILL right after the Nth commit (the run's creation is commit 1);
+* ``model:K``: SIGKILL inside the model request made with K assistant messages so far;
+* ``approve:CALL_ID``: run until it waits, approve CALL_ID, then continue (a tool can
+  kill the process through the ``CRASH_IN_TOOL`` variable, see the test's tools module);
+* ``approve-commit:CALL_ID``: run until it waits, approve CALL_ID, and SIGKILL right
+  after that decision is committed.
+
+A tool that kills the process when ``CRASH_IN_TOOL`` names it lives in the tools module
+the test writes; this driver only passes the environment on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from oarlock.engine._agentfile import load_agent
+from oarlock.engine._runner import Runner
+from oarlock.models._base import ModelRequest, ModelResponse
+from oarlock.store._sqlite import SQLiteStore
+
+
+def die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillingModel:
+    """Wraps a model; dies inside the request made with ``at`` assistant messages so far."""
+
+    def __init__(self, inner: Any, at: int) -> None:
+        self.inner, self.at = inner, at
+
+    @property
+    def model_id(self) -> str:
+        return str(self.inner.model_id)
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        if sum(1 for m in request.messages if m.role == "assistant") == self.at:
+            die()
+        response: ModelResponse = await self.inner.respond(request)
+        return response
+
+
+async def main(agent_file: str, db: str, run_id: str, text: str, mode: str) -> int:
+    kind, _, arg = mode.partition(":")
+    agent_ref = str(Path(agent_file).resolve())
+    agent = load_agent(agent_ref)
+    if kind == "model":
+        agent.model = KillingModel(agent.model, int(arg))
+    commits = 0
+    kill_after = int(arg) if kind == "commit" else None
+
+    def on_commit(doc: Any, events: Any) -> None:
+        nonlocal commits
+        commits += 1
+        if kill_after is not None and commits == kill_after:
+            die()
+
+    store = SQLiteStore(db)
+    runner = Runner(agent, store, on_commit=on_commit)
+    doc = await runner.start(text, run_id=run_id, agent_ref=agent_ref)
+    if kind in ("approve", "approve-commit"):
+        assert doc.status == "waiting_approval", doc.status
+        if kind == "approve-commit":
+            kill_after = commits + 1
+        doc = await runner.decide(run_id, arg, "approved")
+        doc = await runner.resume(run_id)
+    await store.close()
+    print(f"{doc.id} {doc.status} commits={commits}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main(*sys.argv[1:6])))
