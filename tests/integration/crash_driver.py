@@ -1,17 +1,15 @@
 """Runs an agent file against a SQLite store in its own process and kills itself with
 SIGKILL at a chosen point, so that the test can resume the run in another process.
 
-    python crash_driver.py AGENT_FILE DB RUN_ID INPUT MODE
+    python crash_driver.py AGENT_FILE DB RUN_ID INPUT MODE [APPROVE_CALL_ID]
 
-MODE is one of:
+The driver starts the run; when it waits for a human and APPROVE_CALL_ID is given, it
+approves that call and continues the run. MODE is one of:
 
-* ``none``: run until the run finishes or waits for a human, then exit 0;
+* ``none``: no kill of its own; exit 0 at the end;
 * ``commit:N``: SIGKILL right after the Nth commit (the run's creation is commit 1);
 * ``model:K``: SIGKILL inside the model request made with K assistant messages so far;
-* ``approve:CALL_ID``: run until it waits, approve CALL_ID, then continue (a tool can
-  kill the process through the ``CRASH_IN_TOOL`` variable, see the test's tools module);
-* ``approve-commit:CALL_ID``: run until it waits, approve CALL_ID, and SIGKILL right
-  after that decision is committed.
+* ``decision``: SIGKILL right after the approval of APPROVE_CALL_ID is committed.
 
 A tool that kills the process when ``CRASH_IN_TOOL`` names it lives in the tools module
 the test writes; this driver only passes the environment on.
@@ -54,7 +52,9 @@ class KillingModel:
         return response
 
 
-async def main(agent_file: str, db: str, run_id: str, text: str, mode: str) -> int:
+async def main(
+    agent_file: str, db: str, run_id: str, text: str, mode: str, approve: str | None = None
+) -> int:
     kind, _, arg = mode.partition(":")
     agent_ref = str(Path(agent_file).resolve())
     agent = load_agent(agent_ref)
@@ -72,11 +72,11 @@ async def main(agent_file: str, db: str, run_id: str, text: str, mode: str) -> i
     store = SQLiteStore(db)
     runner = Runner(agent, store, on_commit=on_commit)
     doc = await runner.start(text, run_id=run_id, agent_ref=agent_ref)
-    if kind in ("approve", "approve-commit"):
+    if approve:
         assert doc.status == "waiting_approval", doc.status
-        if kind == "approve-commit":
+        if kind == "decision":
             kill_after = commits + 1
-        doc = await runner.decide(run_id, arg, "approved")
+        doc = await runner.decide(run_id, approve, "approved")
         doc = await runner.resume(run_id)
     await store.close()
     print(f"{doc.id} {doc.status} commits={commits}")
@@ -84,4 +84,4 @@ async def main(agent_file: str, db: str, run_id: str, text: str, mode: str) -> i
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main(*sys.argv[1:6])))
+    raise SystemExit(asyncio.run(main(*sys.argv[1:7])))

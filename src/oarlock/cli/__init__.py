@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _runs(p: argparse.ArgumentParser, action: str) -> None:
+def _run_action(p: argparse.ArgumentParser, action: str) -> None:
     p.set_defaults(handler="oarlock.cli._runs:dispatch", action=action)
 
 
@@ -83,7 +83,7 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("input", metavar="INPUT")
     p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="tag the run")
     p.add_argument("--detach", action="store_true", help="run in the background")
-    _runs(p, "run")
+    _run_action(p, "run")
 
     runs = sub.add_parser("runs", help="list, show and export stored runs")
     rsub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
@@ -103,11 +103,11 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--tag", action="append", metavar="KEY=VALUE")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
-    _runs(p, "runs list")
+    _run_action(p, "runs list")
     for name, text in (("show", "a run's timeline"), ("export", "the oar/0.2 document")):
         p = rsub.add_parser(name, help=text)
         p.add_argument("run_id", metavar="RUN_ID")
-        _runs(p, f"runs {name}")
+        _run_action(p, f"runs {name}")
 
     for name, decision in (("approve", "approved"), ("deny", "denied"), ("respond", "responded")):
         p = sub.add_parser(name, help=f"record a '{decision}' decision on a pending call")
@@ -124,7 +124,7 @@ def _add_run_commands(sub: Any) -> None:
             help="record the decision only; do not continue the run",
         )
         p.set_defaults(decision=decision)
-        _runs(p, "decide")
+        _run_action(p, "decide")
 
     for name, text in (
         ("resume", "continue a run"),
@@ -135,7 +135,7 @@ def _add_run_commands(sub: Any) -> None:
         p.add_argument("run_id", metavar="RUN_ID")
         if name == "cancel":
             p.add_argument("--reason", metavar="TEXT")
-        _runs(p, name)
+        _run_action(p, name)
 
     p = sub.add_parser("demo", help="run the refund desk demo, offline")
     p.add_argument("--yes", action="store_true", help="approve the refund without asking")
