@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +307,22 @@ def test_run_with_a_tag_is_found_by_that_tag(cli: Cli) -> None:
     bad = cli("run", str(AGENT_FILE), "hi", "--tag", "nokey")
     assert bad.returncode == 2
     assert "KEY=VALUE" in bad.stderr
+
+
+def test_run_detach_returns_at_once_and_the_run_goes_on_in_the_background(cli: Cli) -> None:
+    out = cli("run", str(AGENT_FILE), "Order A-1001 arrived broken.", "--detach")
+    assert out.returncode == 0, out.stderr
+    assert "started in the background" in out.stdout
+    [created] = cli.runs()
+    assert created["id"] in out.stdout
+    deadline = time.monotonic() + TIMEOUT
+    while cli.runs("--status", "waiting_approval") == [] and time.monotonic() < deadline:
+        time.sleep(0.2)  # the detached process drives the run to its approval
+    [found] = cli.runs("--status", "waiting_approval")
+    assert found["id"] == created["id"]
+    assert found["turns"] == 2
+    log = cli.db.with_suffix(f".{found['id']}.log")
+    assert log.exists()
 
 
 def test_main_can_run_twice_in_one_process(cli: Cli) -> None:

@@ -154,6 +154,8 @@ def test_events_in_order_with_their_data(store: RunStore) -> None:
         Event("approval_requested", "t", {"unicode": "héllo ✓"}, 2),
         Event("approval_decided", "t2", {"ok": True, "x": None, "f": 1.5}, 3),
     ]
+    events[1].data["unicode"] = "changed by a reader"  # what a reader gets is its own copy
+    assert run(store.events("r1"))[1].data == {"unicode": "héllo ✓"}
 
 
 def _seed_listing(store: RunStore) -> None:

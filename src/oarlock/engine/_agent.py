@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from oarlock.errors import ConfigError
@@ -32,15 +32,9 @@ class Limits:
                 raise ConfigError(f"limit {name} must be a number of at least 0, not {value!r}")
 
 
-@dataclass(eq=False)
 class Agent:
-    name: str
-    model: ModelAdapter
-    instructions: str = ""
-    tools: Toolset = field(default_factory=Toolset)
-    limits: Limits = field(default_factory=Limits)
-    pricing: PricingTable = field(default_factory=PricingTable)
-    tenant: str = "default"
+    """What a runner runs. ``price`` is the model's price, or None when the table has none
+    (then a cost limit is refused here, and costs are marked unknown, never zero)."""
 
     def __init__(
         self,

@@ -127,9 +127,7 @@ def load_agent(path: str | Path) -> Agent:
             tools=[_tool(t, i) for i, t in enumerate(tools)],
             limits=Limits(**limits),
             tenant=str(spec.get("tenant") or "default"),
-            prices=PricingTable.parse(
-                _mapping(spec.get("pricing") or {}, "pricing", set(spec.get("pricing") or {}))
-            ),
+            prices=PricingTable.parse(spec.get("pricing") or {}),
         )
     except ConfigError as exc:
         raise ConfigError(f"{file.name}: {exc}", code=exc.code) from None

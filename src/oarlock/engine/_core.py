@@ -276,14 +276,17 @@ def apply_decision(
     a run that is not waiting, for an unknown call, or on a call already decided."""
     approval = _pending(doc, call_id)
     if decision == "responded" and response is None:
-        raise DecisionRefused("a 'responded' decision needs the response text",
-                              code="response_required")
+        raise DecisionRefused(
+            "a 'responded' decision needs the response text", code="response_required"
+        )
     if response is not None and decision != "responded":
-        raise DecisionRefused("a response goes only with a 'responded' decision",
-                              code="response_needs_responded")
+        raise DecisionRefused(
+            "a response goes only with a 'responded' decision", code="response_needs_responded"
+        )
     if edited_arguments is not None and decision != "approved":
-        raise DecisionRefused("edited arguments go only with an approval",
-                              code="edit_needs_approval")
+        raise DecisionRefused(
+            "edited arguments go only with an approval", code="edit_needs_approval"
+        )
     approval.decision, approval.decided_by = decision, by
     if reason is not None:
         approval.reason = reason
@@ -338,15 +341,20 @@ def apply_decision(
 def _pending(doc: RunDocument, call_id: str) -> PendingApproval:
     approval = next((a for a in doc.pending_approvals if a.tool_call_id == call_id), None)
     if approval is not None and approval.decision is not None:
-        raise DecisionRefused(f"call {call_id} was already {approval.decision}",
-                              code="already_decided")
+        raise DecisionRefused(
+            f"call {call_id} was already {approval.decision}", code="already_decided"
+        )
     if doc.status != "waiting_approval":
-        raise DecisionRefused(f"run {doc.id} is {doc.status}, not waiting for approval",
-                              code="run_not_waiting")
+        raise DecisionRefused(
+            f"run {doc.id} is {doc.status}, not waiting for approval", code="run_not_waiting"
+        )
     if approval is None:
         waiting = [a.tool_call_id for a in doc.pending_approvals if a.decision is None]
-        raise DecisionRefused(f"run {doc.id} has no pending approval for call {call_id!r}; "
-                              f"waiting: {', '.join(waiting)}", code="unknown_call")
+        raise DecisionRefused(
+            f"run {doc.id} has no pending approval for call {call_id!r}; "
+            f"waiting: {', '.join(waiting)}",
+            code="unknown_call",
+        )
     return approval
 
 

@@ -15,7 +15,14 @@ from typing import Any, Literal, TypeVar
 
 from oarlock.engine import _core as core
 from oarlock.engine._agent import Agent
-from oarlock.engine._execute import CallContext, DirectExecutor, Executor, Planned, plan_call
+from oarlock.engine._execute import (
+    CallContext,
+    DirectExecutor,
+    Executor,
+    Planned,
+    error_result,
+    plan_call,
+)
 from oarlock.errors import ConflictError, DecisionRefused, ModelError, RetryableModelError
 from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339
@@ -242,15 +249,19 @@ class Runner:
     async def _run_approved(
         self, calls: list[tuple[ToolCallPart, dict[str, Any]]], ctx: CallContext
     ) -> list[ToolResultPart]:
+        """Run approved calls with the arguments the approval covers. They were planned
+        and decided already; only the tool's presence and the arguments are checked again
+        (the agent may have changed since the run paused)."""
+
         async def one(call: ToolCallPart, args: dict[str, Any]) -> ToolResultPart:
-            planned = plan_call(
-                call.model_copy(update={"arguments": args}), self.agent.tools, self.executor, ctx
-            )
-            if planned.result is not None or planned.tool is None or planned.arguments is None:
-                return planned.result or _missing(call)
-            return await self.executor.execute(
-                planned.tool, call, planned.arguments, ctx, approved_by="human"
-            )
+            tool = self.agent.tools.get(call.name)
+            if tool is None:
+                return error_result(call, f"Tool {call.name!r} is no longer available.")
+            try:
+                valid = tool.validate_arguments(args)
+            except ToolArgumentsError as exc:
+                return error_result(call, f"{exc}.")
+            return await self.executor.execute(tool, call, valid, ctx, approved_by="human")
 
         return await _gather([one(c, a) for c, a in calls])
 
@@ -347,16 +358,6 @@ async def cancel_run(
     """Cancel a live run from any process; a runner driving it stops at its next look."""
     return await update_run(
         store, run_id, lambda d: core.cancel(d, clock(), reason), on_commit=on_commit
-    )
-
-
-def _missing(call: ToolCallPart) -> ToolResultPart:
-    return ToolResultPart(
-        type="tool_result",
-        tool_call_id=call.id,
-        tool_name=call.name,
-        content=f"Tool {call.name!r} is no longer available.",
-        is_error=True,
     )
 
 

@@ -10,27 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from oarlock.errors import DocumentInvalid, UpgradeError
-from oarlock.formats._validate import validate
+from oarlock.errors import UpgradeError
+from oarlock.formats._validate import ensure_valid
 
 __all__ = ["downgrade", "upgrade"]
 
 
-def _checked(document: dict[str, Any]) -> None:
-    report = validate(document, "run")
-    if not report.valid:
-        raise DocumentInvalid(report)
-
-
 def upgrade(document: dict[str, Any]) -> dict[str, Any]:
     """The oar/0.2 form of a valid run document (oar/0.1 or already oar/0.2)."""
-    _checked(document)
+    ensure_valid(document, "run")
     return {k: ("oar/0.2" if k == "format" else v) for k, v in document.items()}
 
 
 def downgrade(document: dict[str, Any]) -> dict[str, Any]:
     """The oar/0.1 form of a valid run document; refused if it uses ``responded``."""
-    _checked(document)
+    ensure_valid(document, "run")
     for i, appr in enumerate(document["pendingApprovals"]):
         if appr.get("decision") == "responded" or "response" in appr:
             raise UpgradeError(

@@ -73,7 +73,9 @@ class PricingTable:
         return price
 
     @staticmethod
-    def parse(raw: Mapping[str, object]) -> dict[str, Price]:
+    def parse(raw: object) -> dict[str, Price]:
+        if not isinstance(raw, Mapping):
+            raise ConfigError("pricing must be a mapping of model to prices")
         out: dict[str, Price] = {}
         for model, entry in raw.items():
             if not isinstance(entry, Mapping):

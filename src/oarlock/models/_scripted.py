@@ -92,8 +92,13 @@ def _message(index: int, turn: dict[str, Any]) -> AssistantMessage:
                 ToolCallPart(type="tool_call", id=call_id, name=str(call["name"]), arguments=args)
             )
         else:
-            raw = {"type": "tool_call", "id": call_id, "name": str(call["name"]),
-                   "arguments": {}, "rawArguments": str(args)}
+            raw = {
+                "type": "tool_call",
+                "id": call_id,
+                "name": str(call["name"]),
+                "arguments": {},
+                "rawArguments": str(args),
+            }
             parts.append(ToolCallPart.model_validate(raw))
     if not parts:
         parts.append(TextPart(type="text", text=""))

@@ -60,7 +60,7 @@ class MemoryStore:
     async def events(self, run_id: str) -> list[Event]:
         if run_id not in self._events:
             raise NotFound(f"no run {run_id}")
-        return list(self._events[run_id])
+        return [Event(e.kind, e.at, copy.deepcopy(e.data), e.seq) for e in self._events[run_id]]
 
     async def list_runs(
         self,

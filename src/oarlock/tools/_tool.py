@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints, overload
 
@@ -204,6 +204,7 @@ class Toolset:
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._specs: list[dict[str, Any]] | None = None
         for t in tools:
             self.add(t if isinstance(t, Tool) else tool(t))
 
@@ -213,6 +214,7 @@ class Toolset:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", t.name):
             raise ConfigError(f"tool name {t.name!r}: use 1-64 letters, digits, _ . -")
         self._tools[t.name] = t
+        self._specs = None
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -221,9 +223,12 @@ class Toolset:
         return list(self._tools)
 
     def specs(self) -> list[dict[str, Any]]:
-        return [t.spec() for t in self._tools.values()]
+        """The schemas the model is shown (built once; the runner asks every turn)."""
+        if self._specs is None:
+            self._specs = [t.spec() for t in self._tools.values()]
+        return self._specs
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def __len__(self) -> int:
