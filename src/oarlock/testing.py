@@ -7,11 +7,12 @@ from oarlock.errors import DocumentInvalid
 from oarlock.formats._codec import dump
 from oarlock.formats._models import RunDocument
 from oarlock.formats._validate import validate
+from oarlock.governance._store import GovernanceStore, MemoryGovernanceStore
 from oarlock.models._scripted import ScriptedModel
 from oarlock.store._base import Event, RunStore, RunSummary, StoredRun
 from oarlock.store._memory import MemoryStore
 
-__all__ = ["MemoryStore", "ScriptedModel", "ValidatingStore"]
+__all__ = ["MemoryGovernanceStore", "MemoryStore", "ScriptedModel", "ValidatingStore"]
 
 
 class ValidatingStore:
@@ -52,6 +53,9 @@ class ValidatingStore:
         limit: int = 100,
     ) -> list[RunSummary]:
         return await self.inner.list_runs(status=status, tags=tags, limit=limit)
+
+    def governance(self) -> GovernanceStore:
+        return self.inner.governance()
 
     async def close(self) -> None:
         await self.inner.close()

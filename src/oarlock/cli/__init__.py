@@ -117,6 +117,19 @@ def _add_run_commands(sub: Any) -> None:
             p.add_argument("text", metavar="TEXT", help="the answer the model receives")
         if name == "approve":
             p.add_argument("--edit", metavar="JSON", help="run with these arguments instead")
+            p.add_argument(
+                "--expires-in",
+                type=float,
+                metavar="SECONDS",
+                help="the approval lapses if the call has not run by then",
+            )
+        p.add_argument(
+            "--as",
+            dest="principal",
+            metavar="NAME",
+            default=os.environ.get("OARLOCK_PRINCIPAL") or _user(),
+            help="who decides (default: $OARLOCK_PRINCIPAL, else the login name)",
+        )
         p.add_argument("--reason", metavar="TEXT", required=name == "deny")
         p.add_argument(
             "--no-resume",
@@ -137,9 +150,76 @@ def _add_run_commands(sub: Any) -> None:
             p.add_argument("--reason", metavar="TEXT")
         _run_action(p, name)
 
+    _add_governance_commands(sub)
+
     p = sub.add_parser("demo", help="run the refund desk demo, offline")
     p.add_argument("--yes", action="store_true", help="approve the refund without asking")
     p.set_defaults(handler="oarlock.cli._demo:run_demo")
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return f"user:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "user:unknown"
+
+
+def _gov_action(p: argparse.ArgumentParser, action: str) -> None:
+    p.set_defaults(handler="oarlock.cli._governance:dispatch", action=action)
+
+
+def _add_governance_commands(sub: Any) -> None:
+    receipts = sub.add_parser("receipts", help="list, show and reconcile tool receipts")
+    rsub = receipts.add_subparsers(dest="receipts_command", metavar="COMMAND", required=True)
+    p = rsub.add_parser("list", help="receipts, newest first")
+    p.add_argument("--run", metavar="RUN_ID", help="only this run's")
+    p.add_argument(
+        "--status", choices=["Succeeded", "Failed", "Denied", "TimedOut", "Uncertain"]
+    )
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    _gov_action(p, "list")
+    p = rsub.add_parser("show", help="one invocation: its receipt, effect and result")
+    p.add_argument("invocation_id", metavar="INVOCATION_ID")
+    p.add_argument("--json", action="store_true")
+    _gov_action(p, "show")
+    p = rsub.add_parser(
+        "reconcile",
+        help="resolve an Uncertain receipt (appends a record; edits nothing)",
+    )
+    p.add_argument("invocation_id", metavar="INVOCATION_ID")
+    p.add_argument("--as", dest="outcome", required=True, choices=["succeeded", "not-applied"])
+    p.add_argument("--evidence", required=True, metavar="TEXT")
+    p.add_argument(
+        "--by",
+        dest="principal",
+        metavar="NAME",
+        default=os.environ.get("OARLOCK_PRINCIPAL") or _user(),
+    )
+    _gov_action(p, "reconcile")
+
+    audit = sub.add_parser("audit", help="verify the ledger; sign checkpoints of its head")
+    asub = audit.add_subparsers(dest="audit_command", metavar="COMMAND", required=True)
+    p = asub.add_parser(
+        "verify",
+        help="check the whole hash chain and every checkpoint; exit 1 at the first bad entry",
+    )
+    p.add_argument(
+        "--public-key",
+        action="append",
+        metavar="PEM",
+        help="a trusted checkpoint key (repeatable); without one, signatures are not checked",
+    )
+    p.add_argument("--json", action="store_true")
+    _gov_action(p, "verify")
+    p = asub.add_parser("checkpoint", help="sign the ledger's head with an Ed25519 key")
+    p.add_argument("--key", required=True, metavar="PEM", help="the private key file")
+    _gov_action(p, "checkpoint")
+    p = asub.add_parser("keygen", help="make an Ed25519 key for checkpoints")
+    p.add_argument("path", metavar="PATH", help="where to write the private key (mode 0600)")
+    _gov_action(p, "keygen")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

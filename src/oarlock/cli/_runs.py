@@ -150,6 +150,8 @@ async def _decide(args: argparse.Namespace, store: RunStore) -> int:
         reason=args.reason,
         edited_arguments=edited,
         response=getattr(args, "text", None),
+        principal=args.principal,
+        expires_in=getattr(args, "expires_in", None),
     )
     print(f"{args.call_id}: {args.decision}")
     if doc.status == "running" and not args.no_resume:
@@ -174,15 +176,7 @@ async def _replay(args: argparse.Namespace, store: RunStore) -> int:
     stored = await store.load(args.run_id)
     base = await _agent_of(store, args.run_id)
     model = ReplayModel(stored.document)
-    agent = Agent(
-        base.name,
-        model,
-        instructions=base.instructions,
-        tools=base.tools,
-        limits=base.limits,
-        tenant=base.tenant,
-    )
-    runner = Runner(agent, store)
+    runner = Runner(base.with_model(model), store)
     tags = {**(stored.document.tags or {}), "replay_of": args.run_id}
     doc = await runner.start(stored.document.input, tags=tags, agent_ref=stored.agent_ref)
     while doc.status == "waiting_approval":

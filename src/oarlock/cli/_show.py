@@ -15,6 +15,18 @@ def _args(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
 
 
+def _text(content: str) -> str:
+    """A tool result as shown to people: the text inside its untrusted-data fence."""
+    if content.startswith("<untrusted-tool-result"):
+        from oarlock.governance._sanitize import unfence
+
+        try:
+            return unfence(content)
+        except ValueError:
+            return content
+    return content
+
+
 def _clip(text: str, width: int = 400) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -41,7 +53,7 @@ def timeline(doc: RunDocument, events: list[Event]) -> list[str]:
                     lines.append(f"{'decision':>9}: {_decision(decisions[part.id])}")
             else:
                 mark = "error" if part.is_error else "result"
-                lines.append(f"{mark:>9}: {part.tool_call_id} {_clip(part.content)}")
+                lines.append(f"{mark:>9}: {part.tool_call_id} {_clip(_text(part.content))}")
     for appr in doc.pending_approvals:
         state = appr.decision or "PENDING"
         lines.append(
@@ -49,7 +61,7 @@ def timeline(doc: RunDocument, events: list[Event]) -> list[str]:
             f"({_args(appr.arguments)}) {state}"
         )
     for res in doc.buffered_tool_results:
-        lines.append(f"{'buffered':>9}: {res.tool_call_id} {_clip(res.content)}")
+        lines.append(f"{'buffered':>9}: {res.tool_call_id} {_clip(_text(res.content))}")
     lines.append("")
     lines.extend(_usage_lines(doc))
     if doc.result is not None:
@@ -85,9 +97,8 @@ def print_pending(doc: RunDocument) -> None:
                 f"{appr.tool_name}({_args(appr.arguments)})"
             )
     for res in doc.buffered_tool_results:
-        print(
-            f"  buffered result of {res.tool_call_id} ({res.tool_name}): {_clip(res.content, 120)}"
-        )
+        text = _clip(_text(res.content), 120)
+        print(f"  buffered result of {res.tool_call_id} ({res.tool_name}): {text}")
 
 
 def print_summary(doc: RunDocument) -> None:

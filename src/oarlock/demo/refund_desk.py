@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from oarlock.tools import tool
+from oarlock.tools import ToolEffect, ToolOutput, tool
 
 ORDERS = {
     "A-1001": {
@@ -49,8 +49,13 @@ def refund_policy(order_id: str) -> str:
     return "Damaged items are refunded in full within 30 days of delivery."
 
 
-@tool(side_effect="spend")
-def issue_refund(order_id: str, amount: float, reason: str) -> dict[str, object]:
+def refund_key(arguments: dict[str, object]) -> str:
+    """One refund per order, whichever run asks for it."""
+    return f"refund:{arguments['order_id']}"
+
+
+@tool(side_effect="spend", idempotency_key=refund_key)
+def issue_refund(order_id: str, amount: float, reason: str) -> ToolOutput:
     """Refund money to the customer. Needs a human's approval.
 
     Args:
@@ -65,9 +70,10 @@ def issue_refund(order_id: str, amount: float, reason: str) -> dict[str, object]
     if amount <= 0 or amount > total:
         raise ValueError(f"amount must be above 0 and at most {total}")
     refund_id = "rf_" + hashlib.sha256(f"{order_id}:{amount}".encode()).hexdigest()[:8]
-    return {
+    receipt = {
         "refund_id": refund_id,
         "order_id": order_id,
         "amount": amount,
         "currency": order["currency"],
     }
+    return ToolOutput(receipt, ToolEffect("refund", external_reference=refund_id, reversible=False))

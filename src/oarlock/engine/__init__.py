@@ -2,14 +2,13 @@
 
 from oarlock.engine._agent import Agent, Limits
 from oarlock.engine._core import TERMINAL
-from oarlock.engine._execute import CallContext, DirectExecutor, Executor
+from oarlock.engine._execute import CallContext, Executor
 from oarlock.engine._runner import RetryPolicy, Runner
 
 __all__ = [
     "TERMINAL",
     "Agent",
     "CallContext",
-    "DirectExecutor",
     "Executor",
     "Limits",
     "RetryPolicy",

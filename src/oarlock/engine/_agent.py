@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from oarlock.errors import ConfigError
+from oarlock.governance._policy import PolicyEngine
 from oarlock.models._base import ModelAdapter
 from oarlock.models._pricing import Price, PricingTable
 from oarlock.tools._tool import Tool, Toolset
@@ -34,7 +36,10 @@ class Limits:
 
 class Agent:
     """What a runner runs. ``price`` is the model's price, or None when the table has none
-    (then a cost limit is refused here, and costs are marked unknown, never zero)."""
+    (then a cost limit is refused here, and costs are marked unknown, never zero).
+
+    The tenant, project, environment, principal and labels make the execution scope of
+    every tool call; ``policy`` governs the calls (the default policy when None)."""
 
     def __init__(
         self,
@@ -46,6 +51,11 @@ class Agent:
         limits: Limits | None = None,
         prices: Mapping[str, Price] | None = None,
         tenant: str = "default",
+        project: str | None = None,
+        environment: str | None = None,
+        principal: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        policy: PolicyEngine | None = None,
     ) -> None:
         if not name:
             raise ConfigError("an agent needs a name")
@@ -53,7 +63,27 @@ class Agent:
         self.tools = tools if isinstance(tools, Toolset) else Toolset(tools)
         self.limits = limits or Limits()
         self.pricing = PricingTable(prices)
-        self.tenant = tenant
+        if not tenant:
+            raise ConfigError("an agent's tenant must not be empty")
+        self.tenant, self.policy = tenant, policy
+        scope: dict[str, Any] = {"tenantId": tenant}
+        for key, value in (
+            ("projectId", project),
+            ("environment", environment),
+            ("principalId", principal),
+        ):
+            if value is not None:
+                scope[key] = value
+        if labels:
+            scope["labels"] = dict(labels)
+        self.scope: Mapping[str, Any] = scope
         self.price = self.pricing.price(model.model_id)
         if self.limits.max_cost_usd is not None:
             self.pricing.require(model.model_id)
+
+    def with_model(self, model: ModelAdapter) -> Agent:
+        """This agent (tools, limits, scope, policy) with another model."""
+        other = copy.copy(self)
+        other.model = model
+        other.price = self.pricing.price(model.model_id)
+        return other

@@ -5,6 +5,9 @@ name: refund-desk
 instructions: You resolve refund requests.
 model: scripted:refund-desk.script.yaml    # scripted:PATH is relative to this file
 tenant: acme
+scope: {project: billing, environment: prod, principal: svc-refunds, labels: {team: cx}}
+policy: refund-policy.yaml                 # a rule policy (relative to this file); or
+# policy: {cedar: refund-policy.cedar}     # a Cedar policy (needs oarlock[cedar])
 tools:
   - oarlock.demo.refund_desk:lookup_order  # an import path: a @tool or a plain function
   - path: oarlock.demo.refund_desk:issue_refund
@@ -12,6 +15,7 @@ tools:
     needs_approval: true                   # true, false, or module:predicate
     allow_response: false
     timeout_seconds: 10
+    idempotency_key: oarlock.demo.refund_desk:refund_key   # a key from the arguments
 limits: {max_turns: 10, max_cost_usd: 0.50, max_input_tokens: 100000, max_output_tokens: 20000}
 pricing:
   "openai:my-finetune": {input_per_million: 3.0, output_per_million: 12.0}
@@ -28,14 +32,35 @@ from typing import Any
 
 from oarlock.engine._agent import Agent, Limits
 from oarlock.errors import ConfigError
+from oarlock.governance._policy import PolicyEngine, RulePolicy
 from oarlock.models._base import ModelAdapter
 from oarlock.models._pricing import PricingTable
 from oarlock.tools._tool import Tool, tool
 
-__all__ = ["load_agent", "load_model", "resolve_import"]
+__all__ = ["load_agent", "load_model", "load_policy", "resolve_import"]
 
-_TOP = {"name", "instructions", "model", "tenant", "tools", "limits", "pricing", "description"}
-_TOOL = {"path", "name", "side_effect", "needs_approval", "allow_response", "timeout_seconds"}
+_TOP = {
+    "name",
+    "instructions",
+    "model",
+    "tenant",
+    "scope",
+    "policy",
+    "tools",
+    "limits",
+    "pricing",
+    "description",
+}
+_TOOL = {
+    "path",
+    "name",
+    "side_effect",
+    "needs_approval",
+    "allow_response",
+    "timeout_seconds",
+    "idempotency_key",
+}
+_SCOPE = {"project", "environment", "principal", "labels"}
 _LIMITS = {"max_turns", "max_cost_usd", "max_input_tokens", "max_output_tokens"}
 
 
@@ -88,6 +113,10 @@ def _tool(entry: Any, index: int) -> Tool:
         for k in ("name", "side_effect", "allow_response", "timeout_seconds")
         if k in spec
     }
+    if "idempotency_key" in spec:
+        changes["idempotency_key"] = resolve_import(
+            str(spec["idempotency_key"]), f"{where}.idempotency_key"
+        )
     rule = spec.get("needs_approval")
     if isinstance(rule, str):
         changes["needs_approval"] = resolve_import(rule, f"{where}.needs_approval")
@@ -96,6 +125,37 @@ def _tool(entry: Any, index: int) -> Tool:
             raise ConfigError(f"{where}.needs_approval must be true, false or an import path")
         changes["needs_approval"] = rule
     return dataclasses.replace(t, **changes) if changes else t
+
+
+def load_policy(spec: Any, base: Path) -> PolicyEngine | None:
+    """The agent file's ``policy``: a rule policy file, or ``{cedar: FILE}``."""
+    if spec is None:
+        return None
+    if isinstance(spec, dict) and set(spec) == {"cedar"}:
+        from oarlock.governance._cedar import CedarPolicy
+
+        return CedarPolicy.from_file(_relative(str(spec["cedar"]), base))
+    if not isinstance(spec, str):
+        raise ConfigError("'policy' must be a policy file's path or {cedar: PATH}")
+    return RulePolicy.from_file(_relative(spec, base))
+
+
+def _relative(path: str, base: Path) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else base / p
+
+
+def _scope(value: Any) -> dict[str, Any]:
+    scope = _mapping(value or {}, "scope", _SCOPE)
+    labels = scope.get("labels")
+    if labels is not None and not (
+        isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+    ):
+        raise ConfigError("scope.labels must map names to strings")
+    for key in ("project", "environment", "principal"):
+        if key in scope and not isinstance(scope[key], str):
+            raise ConfigError(f"scope.{key} must be a string")
+    return scope
 
 
 def load_agent(path: str | Path) -> Agent:
@@ -127,6 +187,8 @@ def load_agent(path: str | Path) -> Agent:
             tools=[_tool(t, i) for i, t in enumerate(tools)],
             limits=Limits(**limits),
             tenant=str(spec.get("tenant") or "default"),
+            **_scope(spec.get("scope")),
+            policy=load_policy(spec.get("policy"), file.parent),
             prices=PricingTable.parse(spec.get("pricing") or {}),
         )
     except ConfigError as exc:

@@ -15,6 +15,7 @@ together, so every state below is one a crash can leave, and one a resume contin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,6 +31,7 @@ from oarlock.formats._models import (
     Usage,
     UserMessage,
 )
+from oarlock.formats._time import is_before, is_rfc3339
 from oarlock.store._base import Event
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "RunApproved",
     "apply_decision",
     "cancel",
+    "expire_approvals",
     "fail",
     "halt",
     "new_run",
@@ -218,20 +221,23 @@ def on_tools_planned(
     results: list[ToolResultPart],
     approvals: list[ToolCallPart],
     now: str,
+    deadlines: Mapping[str, str] | None = None,
 ) -> list[Event]:
     """Buffer the results of the calls that ran (or were refused) and ask for approval of
-    the rest; if nothing waits, hand every result to the model."""
+    the rest (each with its deadline, ``expiresAt``, when ``deadlines`` names one); if
+    nothing waits, hand every result to the model."""
     events = [_tool_event(r, now) for r in results]
     doc.buffered_tool_results.extend(results)
     for call in approvals:
-        doc.pending_approvals.append(
-            PendingApproval(
-                tool_call_id=call.id,
-                tool_name=call.name,
-                arguments=call.arguments,
-                requested_at=now,
-            )
+        pending = PendingApproval(
+            tool_call_id=call.id,
+            tool_name=call.name,
+            arguments=call.arguments,
+            requested_at=now,
         )
+        if deadlines and call.id in deadlines:
+            setattr(pending, "expiresAt", deadlines[call.id])  # noqa: B010 (an extra member)
+        doc.pending_approvals.append(pending)
         events.append(
             _ev(
                 "approval_requested",
@@ -242,6 +248,25 @@ def on_tools_planned(
             )
         )
     return events + _settle(doc, now)
+
+
+def expire_approvals(doc: RunDocument, now: str) -> list[Event]:
+    """Deny, as decided by policy, every undecided approval whose deadline has passed."""
+    if doc.status != "waiting_approval":
+        return []
+    expired = [
+        (a.tool_call_id, deadline)
+        for a in doc.pending_approvals
+        if a.decision is None
+        and isinstance(deadline := (a.model_extra or {}).get("expiresAt"), str)
+        and is_rfc3339(deadline)
+        and not is_before(now, deadline)
+    ]
+    events: list[Event] = []
+    for call_id, deadline in expired:
+        reason = f"expired: no decision by {deadline}"
+        events += apply_decision(doc, call_id, "denied", by="policy", now=now, reason=reason)
+    return events
 
 
 def on_tools_ran(doc: RunDocument, results: list[ToolResultPart], now: str) -> list[Event]:

@@ -1,44 +1,47 @@
-"""Between the loop and the tools: deciding which calls need a human, and running a call.
+"""Between the loop and the tools: planning each call, and the executor that runs it.
 
 The runner hands every tool call to an :class:`Executor`; nothing runs a tool around it.
-:class:`DirectExecutor` applies each tool's own approval rule (a flag or a predicate over
-its arguments) and runs it with its timeout; the governed executor replaces it with
-policy, exact approvals, idempotency and receipts without changing the loop.
+The executor shipped is :class:`~oarlock.governance.GovernedExecutor` (policy, exact
+approvals, idempotency, receipts, ledger); the protocol is what the loop needs of it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from oarlock.formats._models import ToolCallPart, ToolResultPart
-from oarlock.tools._tool import Tool, ToolArgumentsError, Toolset, result_text
+from oarlock.governance._executor import CallContext, Review
+from oarlock.tools._tool import Tool, ToolArgumentsError, Toolset
 
-__all__ = ["CallContext", "DirectExecutor", "Executor", "Planned", "error_result", "plan_call"]
-
-
-@dataclass(frozen=True, slots=True)
-class CallContext:
-    run_id: str
-    agent: str
-    tenant: str
-    turn: int
+__all__ = ["CallContext", "Executor", "Planned", "Review", "error_result", "plan_call"]
 
 
 class Executor(Protocol):
-    def needs_approval(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> bool: ...
+    def review(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> Review:
+        """Whether the call needs a human's approval before it runs, and by when."""
+        ...
 
     async def execute(
+        self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any], ctx: CallContext
+    ) -> ToolResultPart:
+        """Run one call (or refuse it) and say what the model is told."""
+        ...
+
+    async def record_approval(
         self,
         tool: Tool,
-        call: ToolCallPart,
+        call_id: str,
         arguments: dict[str, Any],
         ctx: CallContext,
         *,
-        approved_by: str | None = None,
-    ) -> ToolResultPart: ...
+        principal: str,
+        expires_at: str | None = None,
+    ) -> object:
+        """Keep a human's approval of exactly these arguments, where the executor will
+        look for it; refuses a second approval of one call (ConflictError)."""
+        ...
 
 
 def error_result(call: ToolCallPart, message: str) -> ToolResultPart:
@@ -54,13 +57,14 @@ def error_result(call: ToolCallPart, message: str) -> ToolResultPart:
 @dataclass(frozen=True, slots=True)
 class Planned:
     """One call of a turn, planned: refused with ``result``, or ``run`` with ``arguments``
-    at once, or held for approval."""
+    at once, or held for approval (until ``ttl_seconds`` from now, if set)."""
 
     call: ToolCallPart
     tool: Tool | None = None
     arguments: dict[str, Any] | None = None
     result: ToolResultPart | None = None
     approval: bool = False
+    ttl_seconds: float | None = None
 
 
 def plan_call(call: ToolCallPart, tools: Toolset, executor: Executor, ctx: CallContext) -> Planned:
@@ -79,8 +83,9 @@ def plan_call(call: ToolCallPart, tools: Toolset, executor: Executor, ctx: CallC
         arguments = tool.validate_arguments(call.arguments)
     except ToolArgumentsError as exc:
         return Planned(call, result=error_result(call, f"{exc}. Fix the arguments and retry."))
-    if executor.needs_approval(tool, arguments, ctx):
-        return Planned(call, tool, arguments, approval=True)
+    review = executor.review(tool, arguments, ctx)
+    if review.needs_approval:
+        return Planned(call, tool, arguments, approval=True, ttl_seconds=review.ttl_seconds)
     return Planned(call, tool, arguments)
 
 
@@ -91,38 +96,3 @@ def _not_json(name: str, raw: str) -> str:
     except ValueError as exc:
         why = f"they are not valid JSON ({exc})"
     return f"The arguments for tool {name!r} could not be read: {why}. Send a JSON object."
-
-
-class DirectExecutor:
-    """Runs tools in-process with their timeout; a failure becomes an error result with
-    the exception's message (never a traceback)."""
-
-    def needs_approval(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> bool:
-        return tool.requires_approval(arguments)
-
-    async def execute(
-        self,
-        tool: Tool,
-        call: ToolCallPart,
-        arguments: dict[str, Any],
-        ctx: CallContext,
-        *,
-        approved_by: str | None = None,
-    ) -> ToolResultPart:
-        try:
-            if tool.timeout_seconds is None:
-                value = await tool.call(arguments)
-            else:
-                value = await asyncio.wait_for(tool.call(arguments), tool.timeout_seconds)
-        except TimeoutError:
-            return error_result(
-                call, f"Tool {tool.name!r} timed out after {tool.timeout_seconds} s."
-            )
-        except Exception as exc:  # a tool's failure is the model's to handle
-            return error_result(call, f"Tool {tool.name!r} failed: {type(exc).__name__}: {exc}")
-        return ToolResultPart(
-            type="tool_result",
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=result_text(value),
-        )

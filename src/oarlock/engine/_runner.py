@@ -17,7 +17,6 @@ from oarlock.engine import _core as core
 from oarlock.engine._agent import Agent
 from oarlock.engine._execute import (
     CallContext,
-    DirectExecutor,
     Executor,
     Planned,
     error_result,
@@ -25,7 +24,8 @@ from oarlock.engine._execute import (
 )
 from oarlock.errors import ConflictError, DecisionRefused, ModelError, RetryableModelError
 from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
-from oarlock.formats._time import now_rfc3339
+from oarlock.formats._time import now_rfc3339, shift_rfc3339
+from oarlock.governance._executor import GovernedExecutor
 from oarlock.models._base import ModelRequest, ModelResponse
 from oarlock.store._base import Event, RunStore
 from oarlock.tools._tool import ToolArgumentsError
@@ -60,8 +60,11 @@ class _CancelledElsewhere(Exception):
 class Runner:
     """Runs one agent's runs against one store.
 
-    ``watch_interval`` (seconds) makes a waiting model request or tool call look for a
-    cancellation written by another process, and stop the work when it finds one."""
+    Every tool call goes through ``executor``: by default a
+    :class:`~oarlock.governance.GovernedExecutor` keeping its records in the store's
+    governance store, under the agent's policy. ``watch_interval`` (seconds) makes a
+    waiting model request or tool call look for a cancellation written by another
+    process, and stop the work when it finds one."""
 
     def __init__(
         self,
@@ -75,7 +78,9 @@ class Runner:
         watch_interval: float | None = None,
     ) -> None:
         self.agent, self.store = agent, store
-        self.executor = executor or DirectExecutor()
+        self.executor: Executor = executor or GovernedExecutor(
+            store.governance(), policy=agent.policy, clock=clock
+        )
         self.retry = retry or RetryPolicy()
         self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
 
@@ -124,6 +129,10 @@ class Runner:
         doc.format = "oar/0.2"
         return await self._drive(doc, stored.version)
 
+    async def expire_approvals(self, run_id: str) -> RunDocument:
+        """Deny (by policy, reason: expired) the run's approvals past their deadline."""
+        return await self._update(run_id, lambda d: core.expire_approvals(d, self.clock()))
+
     async def decide(
         self,
         run_id: str,
@@ -134,9 +143,17 @@ class Runner:
         edited_arguments: dict[str, Any] | None = None,
         response: str | None = None,
         by: Literal["human", "policy"] = "human",
+        principal: str = "human",
+        expires_in: float | None = None,
     ) -> RunDocument:
-        """Record one decision. A racing writer makes this re-read and re-apply, so a second
-        decision on the same call is refused as already decided; nothing is lost."""
+        """Record one decision. Approvals past their deadline are denied first. An
+        approval is kept by the executor (bound to the call's exact arguments, used at
+        most once, optionally expiring ``expires_in`` seconds from now) before the run
+        records it. A racing writer makes this re-read and re-apply, so a second decision
+        on the same call is refused as already decided; nothing is lost."""
+        await self.expire_approvals(run_id)
+        if decision == "approved":
+            await self._keep_approval(run_id, call_id, edited_arguments, principal, expires_in)
 
         def apply(doc: RunDocument) -> list[Event]:
             edited = self._check_decision(doc, call_id, decision, edited_arguments)
@@ -159,6 +176,46 @@ class Runner:
         )
 
     # -- internals --------------------------------------------------------------------
+    def _ctx(self, doc: RunDocument) -> CallContext:
+        return CallContext(doc.id, doc.agent, self.agent.scope, doc.turns)
+
+    async def _keep_approval(
+        self,
+        run_id: str,
+        call_id: str,
+        edited: dict[str, Any] | None,
+        principal: str,
+        expires_in: float | None,
+    ) -> None:
+        """Check the approval as the run would, then hand it to the executor; a second
+        approval of one call loses there, whichever process made it."""
+        doc = (await self.store.load(run_id)).document
+        checked = self._check_decision(doc, call_id, "approved", edited)
+        trial = doc.model_copy(deep=True)
+        core.apply_decision(
+            trial, call_id, "approved", by="human", now=self.clock(), edited_arguments=checked
+        )
+        pending = next(a for a in doc.pending_approvals if a.tool_call_id == call_id)
+        tool = self.agent.tools.get(pending.tool_name)
+        if tool is None:
+            return  # the call cannot run; the run says so when it resumes
+        try:
+            arguments = tool.validate_arguments(pending.arguments if checked is None else checked)
+        except ToolArgumentsError as exc:
+            raise DecisionRefused(
+                f"the call's arguments are invalid: {exc}", code="invalid_edit"
+            ) from None
+        now = self.clock()
+        expires_at = None if expires_in is None else shift_rfc3339(now, expires_in)
+        try:
+            await self.executor.record_approval(
+                tool, call_id, arguments, self._ctx(doc), principal=principal, expires_at=expires_at
+            )
+        except ConflictError:
+            raise DecisionRefused(
+                f"call {call_id} was already decided", code="already_decided"
+            ) from None
+
     def _check_decision(
         self,
         doc: RunDocument,
@@ -205,6 +262,8 @@ class Runner:
 
     async def _drive(self, doc: RunDocument, version: int) -> RunDocument:
         try:
+            if expired := core.expire_approvals(doc, self.clock()):
+                version = await self._commit(doc, version, expired)
             while True:
                 action = core.next_action(doc, self.agent.limits)
                 if isinstance(action, core.Idle):
@@ -226,12 +285,18 @@ class Runner:
             return core.halt(doc, action, self.clock())
         if isinstance(action, core.CallModel):
             return await self._model_turn(doc)
-        ctx = CallContext(doc.id, doc.agent, self.agent.tenant, doc.turns)
+        ctx = self._ctx(doc)
         if isinstance(action, core.PlanTools):
             planned = [plan_call(c, self.agent.tools, self.executor, ctx) for c in action.calls]
             results = await self._watch(doc.id, self._run_planned(planned, ctx))
             approvals = [p.call for p in planned if p.approval]
-            return core.on_tools_planned(doc, results, approvals, self.clock())
+            now = self.clock()
+            deadlines = {
+                p.call.id: shift_rfc3339(now, p.ttl_seconds)
+                for p in planned
+                if p.approval and p.ttl_seconds is not None
+            }
+            return core.on_tools_planned(doc, results, approvals, now, deadlines)
         if isinstance(action, core.RunApproved):
             results = await self._watch(doc.id, self._run_approved(action.calls, ctx))
             return core.on_tools_ran(doc, results, self.clock())
@@ -261,7 +326,7 @@ class Runner:
                 valid = tool.validate_arguments(args)
             except ToolArgumentsError as exc:
                 return error_result(call, f"{exc}.")
-            return await self.executor.execute(tool, call, valid, ctx, approved_by="human")
+            return await self.executor.execute(tool, call, valid, ctx)
 
         return await _gather([one(c, a) for c, a in calls])
 
@@ -337,6 +402,8 @@ async def update_run(
         doc = stored.document
         doc.format = "oar/0.2"
         events = apply(doc)
+        if not events:  # nothing changed: nothing to write
+            return doc
         try:
             await store.save(doc, stored.version, events)
         except ConflictError:

@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
-__all__ = ["is_rfc3339", "now_rfc3339", "parse_rfc3339"]
+__all__ = ["is_rfc3339", "is_before", "now_rfc3339", "parse_rfc3339", "shift_rfc3339"]
 
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:([Zz])|([+-])(\d{2}):(\d{2}))",
@@ -50,3 +50,22 @@ def is_rfc3339(text: object) -> bool:
 def now_rfc3339() -> str:
     """The current UTC time with microseconds, e.g. ``2026-01-02T03:04:05.123456Z``."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _instant(text: str) -> tuple[datetime, Fraction]:
+    parsed = parse_rfc3339(text)
+    if parsed is None:
+        raise ValueError(f"not an RFC 3339 date-time: {text!r}")
+    return parsed
+
+
+def shift_rfc3339(text: str, seconds: float) -> str:
+    """``text`` moved by ``seconds``, written as :func:`now_rfc3339` writes times."""
+    moment, frac = _instant(text)
+    shifted = moment + timedelta(seconds=float(frac) + seconds)
+    return shifted.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def is_before(a: str, b: str) -> bool:
+    """Whether instant ``a`` comes strictly before instant ``b``."""
+    return _instant(a) < _instant(b)

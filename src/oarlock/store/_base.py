@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from oarlock.formats._models import RunDocument
+from oarlock.governance._store import GovernanceStore
 
 __all__ = ["EVENT_KINDS", "Event", "RunStore", "RunSummary", "StoredRun"]
 
@@ -90,6 +91,10 @@ class RunStore(Protocol):
         limit: int = 100,
     ) -> list[RunSummary]:
         """Runs, newest first, filtered by status and by every given tag."""
+        ...
+
+    def governance(self) -> GovernanceStore:
+        """Where the governed executor keeps its records, beside these runs."""
         ...
 
     async def close(self) -> None: ...

@@ -8,6 +8,7 @@ import json
 from oarlock.errors import ConflictError, NotFound
 from oarlock.formats._codec import dump_json, parse_json
 from oarlock.formats._models import RunDocument
+from oarlock.governance._store import MemoryGovernanceStore
 from oarlock.store._base import Event, RunSummary, StoredRun
 
 __all__ = ["MemoryStore"]
@@ -19,6 +20,10 @@ class MemoryStore:
     def __init__(self) -> None:
         self._runs: dict[str, tuple[bytes, int, str | None]] = {}
         self._events: dict[str, list[Event]] = {}
+        self._governance = MemoryGovernanceStore()
+
+    def governance(self) -> MemoryGovernanceStore:
+        return self._governance
 
     async def create(
         self, document: RunDocument, events: list[Event], *, agent_ref: str | None = None

@@ -25,12 +25,15 @@ from functools import cache
 from importlib.resources import files
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from oarlock.errors import ConflictError, FormatError, IntegrityError, NotFound, StoreError
 from oarlock.formats._codec import dump_json, parse_json
 from oarlock.formats._models import RunDocument
 from oarlock.store._base import Event, RunSummary, StoredRun
+
+if TYPE_CHECKING:
+    from oarlock.store._sqlite_governance import SQLiteGovernanceStore
 
 __all__ = ["SQLiteStore", "default_db_path", "named_queries", "schema_version"]
 
@@ -50,13 +53,13 @@ def default_db_path() -> Path:
 
 
 @cache
-def named_queries() -> Mapping[str, str]:
-    """The named queries of ``sqlite_queries.sql``, read once."""
-    text = (files("oarlock.store") / "sql" / "sqlite_queries.sql").read_text("utf-8")
+def named_queries(filename: str = "sqlite_queries.sql") -> Mapping[str, str]:
+    """The named queries of one file in ``sql/``, read once."""
+    text = (files("oarlock.store") / "sql" / filename).read_text("utf-8")
     parts = _NAME.split(text)  # [preamble, name1, sql1, name2, sql2, ...]
     queries = {name: sql.strip() for name, sql in zip(parts[1::2], parts[2::2], strict=True)}
     if len(queries) != len(parts) // 2:
-        raise StoreError("sqlite_queries.sql names a query twice", code="schema_invalid")
+        raise StoreError(f"{filename} names a query twice", code="schema_invalid")
     return queries
 
 
@@ -152,6 +155,7 @@ class SQLiteStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn: sqlite3.Connection | None = None
+        self._governance: SQLiteGovernanceStore | None = None
         try:
             conn = sqlite3.connect(self.path, isolation_level=None)
         except sqlite3.Error as exc:
@@ -194,6 +198,14 @@ class SQLiteStore:
                 for statement in _statements(script):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {version:d}")
+
+    def db(self) -> sqlite3.Connection:
+        """The open connection (StoreError once closed)."""
+        return self._db()
+
+    def transaction(self, doing: str) -> Any:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` on the open connection."""
+        return self._transaction(self._db(), doing)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -306,6 +318,14 @@ class SQLiteStore:
         else:
             name = "list_runs" if status is None else "list_runs_by_status"
         return [_summary(row) for row in self._query(name, params, "listing runs")]
+
+    def governance(self) -> SQLiteGovernanceStore:
+        """The governed executor's records, in this database."""
+        from oarlock.store._sqlite_governance import SQLiteGovernanceStore
+
+        if self._governance is None:
+            self._governance = SQLiteGovernanceStore(self)
+        return self._governance
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

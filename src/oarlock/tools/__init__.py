@@ -3,8 +3,11 @@
 from oarlock.tools._tool import (
     CAUTIOUS_CLASS,
     ApprovalRule,
+    KeyRule,
     Tool,
     ToolArgumentsError,
+    ToolEffect,
+    ToolOutput,
     Toolset,
     result_text,
     tool,
@@ -13,8 +16,11 @@ from oarlock.tools._tool import (
 __all__ = [
     "CAUTIOUS_CLASS",
     "ApprovalRule",
+    "KeyRule",
     "Tool",
     "ToolArgumentsError",
+    "ToolEffect",
+    "ToolOutput",
     "Toolset",
     "result_text",
     "tool",

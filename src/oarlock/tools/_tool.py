@@ -17,18 +17,52 @@ from oarlock.errors import ConfigError, ToolError
 from oarlock.formats._models import SideEffectClass
 from oarlock.formats._rules import SIDE_EFFECT_CLASSES
 
-__all__ = ["ApprovalRule", "CAUTIOUS_CLASS", "Tool", "ToolArgumentsError", "Toolset", "tool"]
+__all__ = [
+    "ApprovalRule",
+    "CAUTIOUS_CLASS",
+    "KeyRule",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolEffect",
+    "ToolOutput",
+    "Toolset",
+    "tool",
+]
 
 CAUTIOUS_CLASS: SideEffectClass = "spend"
 """The class of a tool that declares none: the most cautious, never ``read``."""
 
 ApprovalRule = bool | Callable[[dict[str, Any]], bool] | None
 """Whether a call needs a human: a flag, a predicate over the arguments, or None for the
-side-effect class's default (``shared-write`` and above need approval)."""
+side-effect class's default. ``shared-write`` and above always need an approval (a human's,
+or a policy rule's standing one); the rule can only add the need to ``read`` and
+``sandbox`` tools."""
+
+
+KeyRule = Callable[[dict[str, Any]], str] | None
+"""How a call's idempotency key is made: None for one key per call of a run, or a function
+of the arguments (a refund keyed by its order id, so that no two runs refund one order)."""
 
 
 class ToolArgumentsError(ToolError):
     code = "invalid_arguments"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEffect:
+    """What a side-effecting call did in the world, as its receipt records it."""
+
+    kind: str
+    external_reference: str | None = None
+    reversible: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's return value with the effect it reports; return a plain value otherwise."""
+
+    value: Any
+    effect: ToolEffect | None = None
 
 
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -97,6 +131,8 @@ class Tool:
     allow_response: bool = False
     timeout_seconds: float | None = None
     schema_version: str = "1"
+    idempotency_key: KeyRule = None
+    mcp_server_id: str | None = None
     arguments_model: type[BaseModel] = field(repr=False, default=BaseModel)
     parameters: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -105,6 +141,12 @@ class Tool:
             raise ConfigError(
                 f"tool {self.name!r}: unknown side-effect class "
                 f"{self.side_effect!r}; use one of {', '.join(SIDE_EFFECT_CLASSES)}"
+            )
+        if self.needs_approval is False and self.side_effect not in ("read", "sandbox"):
+            raise ConfigError(
+                f"tool {self.name!r}: needs_approval=False cannot waive the approval a "
+                f"{self.side_effect!r} tool needs; allow it in a policy rule instead (a "
+                "standing approval, recorded for every call)"
             )
         self.is_async = inspect.iscoroutinefunction(self.fn)
 
@@ -152,6 +194,7 @@ def tool(
     timeout_seconds: float | None = ...,
     description: str | None = ...,
     schema_version: str = ...,
+    idempotency_key: KeyRule = ...,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -164,11 +207,12 @@ def tool(
     timeout_seconds: float | None = None,
     description: str | None = None,
     schema_version: str = "1",
+    idempotency_key: KeyRule = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a tool. ``side_effect`` defaults to the most cautious class.
 
     ``allow_response`` lets a human answer in the tool's place (the ``responded``
-    decision)."""
+    decision). ``idempotency_key`` derives the call's key from its arguments."""
 
     def build(f: Callable[..., Any]) -> Tool:
         tool_name = name or f.__name__
@@ -183,6 +227,7 @@ def tool(
             allow_response=allow_response,
             timeout_seconds=timeout_seconds,
             schema_version=schema_version,
+            idempotency_key=idempotency_key,
             arguments_model=model,
             parameters=_strip_titles(model.model_json_schema()),
         )

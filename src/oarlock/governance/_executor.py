@@ -1,0 +1,608 @@
+"""The governed executor: the one way a tool runs.
+
+For every call it builds a tool-invocation-v1 record and, in this order:
+
+1. looks for the call's idempotency claim: a key that is held already is never run again
+   (same arguments: the prior receipt is returned, identical; other arguments: refused;
+   still running elsewhere: wait, bounded; cut off by a crash: Uncertain for a
+   side-effecting tool, a new attempt for a ``read`` or ``sandbox`` one);
+2. asks the policy (an error in the policy denies);
+3. for ``shared-write`` and above, or when the policy asks for one, finds the approval of
+   this very call in its own store (never a caller's word) and checks that it covers this
+   run, tool, scope and arguments hash, is unexpired and unused; a policy rule that allows
+   such a call grants a standing approval, recorded as decided by that rule;
+4. takes the claim, uses the approval and stores the invocation in one transaction,
+   committed before the tool starts;
+5. runs the tool with its timeout, stores the raw result as an artifact and writes the
+   tool-receipt-v1; a side-effecting call whose outcome cannot be known (timeout,
+   cancellation, a failed receipt write) is Uncertain and never run again automatically;
+6. hands the model the sanitized, fenced result, or an error result saying what happened.
+
+Every record goes to the hash-chained ledger with the transaction that stores it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from oarlock.errors import CanonicalizationError, ConflictError, NotFound, OarlockError
+from oarlock.formats._jcs import canonicalize, digest
+from oarlock.formats._models import ToolCallPart, ToolResultPart
+from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
+from oarlock.formats._time import is_before, now_rfc3339, shift_rfc3339
+from oarlock.formats._validate import ensure_valid
+from oarlock.governance._owner import owner_alive, process_owner
+from oarlock.governance._policy import (
+    DEFAULT_POLICY,
+    PolicyEngine,
+    PolicyRequest,
+    PolicyVerdict,
+)
+from oarlock.governance._records import Approval, Claim, run_uuid, step_uuid
+from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
+from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
+from oarlock.tools._tool import Tool, ToolEffect, ToolOutput, result_text
+
+__all__ = ["NO_APPROVAL", "CallContext", "GovernedExecutor", "Review", "json_arguments"]
+
+_SAFE = frozenset({"read", "sandbox"})
+NO_APPROVAL = "00000000-0000-0000-0000-000000000000"
+"""The approval id a refused ``shared-write``-or-above invocation carries: none was used."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Where a call is made: the run (its document id), agent, scope and turn."""
+
+    run_id: str
+    agent: str
+    scope: Mapping[str, Any]
+    turn: int
+
+    @property
+    def tenant(self) -> str:
+        return str(self.scope["tenantId"])
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """The planning verdict on a call: whether a human must approve it first, and by when
+    (seconds from now) the approval must come."""
+
+    needs_approval: bool
+    ttl_seconds: float | None = None
+
+
+def json_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments as JSON (what invocations record and hashes cover): validated
+    arguments may hold models, dates or tuples."""
+    try:
+        canonicalize(arguments)
+    except (CanonicalizationError, TypeError, ValueError):
+        converted: dict[str, Any] = to_jsonable_python(arguments)
+        return converted
+    return arguments
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class GovernedExecutor:
+    """Runs every tool call under policy, exact approvals, idempotency and receipts.
+
+    ``duplicate_wait`` bounds how long a duplicate of a running call waits for its
+    receipt; ``lease_seconds`` how long a claim without a timeout is presumed live when
+    its owner cannot be checked (another host)."""
+
+    def __init__(
+        self,
+        store: GovernanceStore,
+        *,
+        policy: PolicyEngine | None = None,
+        clock: Callable[[], str] = now_rfc3339,
+        duplicate_wait: float = 10.0,
+        lease_seconds: float = 300.0,
+        max_result_chars: int = DEFAULT_MAX_CHARS,
+    ) -> None:
+        self.store, self.policy, self.clock = store, policy or DEFAULT_POLICY, clock
+        self.duplicate_wait, self.lease_seconds = duplicate_wait, lease_seconds
+        self.max_result_chars = max_result_chars
+
+    # -- planning and decisions ---------------------------------------------------------
+    def review(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> Review:
+        verdict = self._evaluate(tool, arguments, ctx)
+        return Review(verdict.effect == "require_approval", verdict.approval_ttl_seconds)
+
+    async def record_approval(
+        self,
+        tool: Tool,
+        call_id: str,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        *,
+        principal: str,
+        expires_at: str | None = None,
+    ) -> Approval:
+        """Store a human's approval of exactly these arguments (after any edit)."""
+        approval = Approval(
+            approval_id=str(uuid.uuid4()),
+            run_id=ctx.run_id,
+            tool_call_id=call_id,
+            tool_id=tool.name,
+            arguments_hash=digest(json_arguments(arguments)),
+            scope=dict(ctx.scope),
+            decided_by="human",
+            principal=principal,
+            decided_at=self.clock(),
+            expires_at=expires_at,
+        )
+        await self.store.record_approval(approval)
+        return approval
+
+    def _evaluate(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> PolicyVerdict:
+        """The policy's verdict; any error in the policy or the tool's rule denies."""
+        try:
+            request = PolicyRequest(
+                tool=tool.name,
+                side_effect_class=tool.side_effect,
+                scope=ctx.scope,
+                arguments=arguments,
+                tool_requires_approval=tool.requires_approval(arguments),
+            )
+            return self.policy.evaluate(request)
+        except Exception as exc:  # fail closed
+            return PolicyVerdict(
+                "deny", None, (f"policy evaluation failed: {type(exc).__name__}: {exc}",)
+            )
+
+    # -- execution ----------------------------------------------------------------------
+    async def execute(
+        self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any], ctx: CallContext
+    ) -> ToolResultPart:
+        now = self.clock()
+        verdict = self._evaluate(tool, arguments, ctx)
+        c = _Call(tool, call, ctx, arguments, self._invocation(tool, call, arguments, ctx), now)
+        c.invocation["policyDecision"] = self._decision(verdict, now)
+        try:
+            c.invocation["idempotencyKey"] = _key(c)
+        except _Refused as refusal:
+            c.invocation["idempotencyKey"] = f"unkeyed:{c.invocation['invocationId']}"
+            return await self._deny(c, refusal)
+        held = await self.store.claim_of(ctx.tenant, tool.name, c.invocation["idempotencyKey"])
+        if held is not None:
+            return await self._held(c, held)
+        try:
+            approval_id, grant = await self._authorize(c, verdict)
+        except _Refused as refusal:
+            return await self._deny(c, refusal)
+        if grant is not None:
+            c.invocation["approvalId"] = grant.approval_id
+        elif approval_id is not None:
+            c.invocation["approvalId"] = approval_id
+        ensure_valid(c.invocation, "invocation")
+        try:
+            held = await self.store.begin(
+                c.invocation, self._claim(c), approval_id=approval_id, grant=grant, at=c.now
+            )
+        except ConflictError as exc:
+            return await self._deny(c, _Refused(exc.code, str(exc)))
+        if held is not None:
+            return await self._held(c, held)
+        return await self._run(c)
+
+    def _invocation(
+        self,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+    ) -> dict[str, Any]:
+        record = json_arguments(arguments)
+        invocation: dict[str, Any] = {
+            "invocationId": str(uuid.uuid4()),
+            "toolId": tool.name,
+            "schemaVersion": tool.schema_version,
+            "scope": dict(ctx.scope),
+            "runId": run_uuid(ctx.run_id),
+            "stepId": step_uuid(ctx.run_id, ctx.turn),
+            "attemptId": str(uuid.uuid4()),
+            "agentId": ctx.agent,
+            "sideEffectClass": tool.side_effect,
+            "idempotencyKey": "",
+            "arguments": record,
+            "argumentsHash": digest(record),
+        }
+        if tool.mcp_server_id is not None:
+            invocation["mcpServerId"] = tool.mcp_server_id
+        if tool.timeout_seconds is not None:
+            invocation["timeoutSeconds"] = max(1, math.ceil(tool.timeout_seconds))
+        return invocation
+
+    def _decision(self, verdict: PolicyVerdict, now: str) -> dict[str, Any]:
+        decision: dict[str, Any] = {
+            "decisionId": str(uuid.uuid4()),
+            "effect": verdict.effect,
+            "policyId": self.policy.policy_id,
+            "evaluatedAt": now,
+            "policyVersion": self.policy.version,
+        }
+        if verdict.rule_id is not None:
+            decision["ruleId"] = verdict.rule_id
+        if verdict.reasons:
+            decision["reasons"] = list(verdict.reasons)
+        return decision
+
+    def _claim(self, c: _Call) -> Claim:
+        timeout = c.tool.timeout_seconds
+        lease = self.lease_seconds if timeout is None else timeout + 60.0
+        return Claim(
+            tenant_id=c.ctx.tenant,
+            tool_id=c.tool.name,
+            idempotency_key=c.invocation["idempotencyKey"],
+            invocation_id=c.invocation["invocationId"],
+            arguments_hash=c.invocation["argumentsHash"],
+            owner=process_owner(),
+            claimed_at=c.now,
+            lease_until=time.time() + lease,
+        )
+
+    async def _authorize(
+        self, c: _Call, verdict: PolicyVerdict
+    ) -> tuple[str | None, Approval | None]:
+        """The approval this call runs under, or a refusal; a policy allow of a call that
+        needs one is a standing approval, returned to be stored with the claim."""
+        if verdict.effect == "deny":
+            code = "policy_error" if _failed(verdict) else "policy_denied"
+            raise _Refused(code, _policy_text("denied", verdict))
+        cautious = c.tool.side_effect in APPROVAL_REQUIRED_CLASSES
+        if verdict.effect != "require_approval" and not cautious:
+            return None, None
+        try:
+            approval, used_by = await self.store.approval_for(c.ctx.run_id, c.call.id)
+        except NotFound:
+            if verdict.effect == "allow":
+                return None, self._standing(c, verdict)
+            raise _Refused(
+                "approval_required", f"tool {c.tool.name!r} needs an approval and has none"
+            ) from None
+        _check_approval(approval, used_by, c)
+        return approval.approval_id, None
+
+    def _standing(self, c: _Call, verdict: PolicyVerdict) -> Approval:
+        ttl = verdict.approval_ttl_seconds
+        return Approval(
+            approval_id=str(uuid.uuid4()),
+            run_id=c.ctx.run_id,
+            tool_call_id=c.call.id,
+            tool_id=c.tool.name,
+            arguments_hash=c.invocation["argumentsHash"],
+            scope=dict(c.ctx.scope),
+            decided_by="policy",
+            principal=verdict.rule_id or self.policy.policy_id,
+            decided_at=c.now,
+            expires_at=None if ttl is None else shift_rfc3339(c.now, ttl),
+            policy_version=self.policy.version,
+        )
+
+    # -- a key that is held already -------------------------------------------------------
+    async def _held(self, c: _Call, held: ClaimHeld) -> ToolResultPart:
+        """Replay the holder's receipt, refuse other arguments, wait (bounded) for a live
+        holder, or recover from a dead one."""
+        claim = held.claim
+        if claim.arguments_hash != c.invocation["argumentsHash"]:
+            return await self._deny(
+                c,
+                _Refused(
+                    "idempotency_mismatch",
+                    f"idempotency key {claim.idempotency_key!r} was used with other arguments "
+                    f"(invocation {claim.invocation_id}); nothing was run",
+                ),
+            )
+        deadline = time.monotonic() + self.duplicate_wait
+        while held.receipt is None and not _stale(held.claim):
+            if time.monotonic() >= deadline:
+                return await self._deny(
+                    c,
+                    _Refused(
+                        "idempotency_in_progress",
+                        f"the same call (invocation {held.claim.invocation_id}) is still running",
+                    ),
+                )
+            await asyncio.sleep(0.01)
+            again = await self.store.claim_of(claim.tenant_id, claim.tool_id, claim.idempotency_key)
+            held = held if again is None else again
+        if held.receipt is not None:
+            return await self._replay(c, held.receipt)
+        return await self._recover(c, held.claim)
+
+    async def _recover(self, c: _Call, claim: Claim) -> ToolResultPart:
+        """A claim whose owner died before its receipt: a safe call runs again as a new
+        attempt; a side-effecting one is Uncertain, never re-run."""
+        prior, _ = await self.store.load(claim.invocation_id)
+        if c.tool.side_effect in _SAFE:
+            attempt = {**prior, "invocationId": str(uuid.uuid4()), "attemptId": str(uuid.uuid4())}
+            retry = _Call(c.tool, c.call, c.ctx, c.arguments, attempt, c.now)
+            if await self.store.take_over(claim, self._claim(retry), attempt, c.now):
+                return await self._run(retry)
+        else:
+            receipt = self._receipt(
+                prior,
+                "Uncertain",
+                started=c.now,
+                error=(
+                    "interrupted",
+                    "the process running this call stopped before its receipt was written",
+                ),
+            )
+            with contextlib.suppress(ConflictError):  # another process recorded it first
+                await self.store.finish(receipt, result=None, at=c.now)
+        held = await self.store.claim_of(claim.tenant_id, claim.tool_id, claim.idempotency_key)
+        if held is None or held.receipt is None:
+            return _error(c.call, f"Tool {c.tool.name!r}: its earlier attempt is unresolved.")
+        return await self._replay(c, held.receipt)
+
+    async def _replay(self, c: _Call, receipt: dict[str, Any]) -> ToolResultPart:
+        status = receipt["status"]
+        if status == "Succeeded" and "resultRef" in receipt:
+            raw = await self.store.artifact(receipt["resultRef"])
+            return self._result(c.call, raw.decode("utf-8", "replace"))
+        if status == "Uncertain":
+            notes = await self.store.reconciliations(receipt["invocationId"])
+            if notes:
+                last = notes[-1]
+                return _error(
+                    c.call,
+                    f"Tool {c.tool.name!r}: an operator reconciled invocation "
+                    f"{last.invocation_id} as {last.outcome} ({last.evidence}).",
+                )
+            return _error(c.call, _uncertain_text(c.tool, receipt))
+        return _error(c.call, _error_text(c.tool, receipt))
+
+    # -- running ----------------------------------------------------------------------
+    async def _run(self, c: _Call) -> ToolResultPart:
+        tool = c.tool
+        out = _Outcome(self.clock(), time.perf_counter())
+        side_effecting = tool.side_effect not in _SAFE
+        try:
+            if tool.timeout_seconds is None:
+                value = await tool.call(c.arguments)
+            else:
+                value = await asyncio.wait_for(tool.call(c.arguments), tool.timeout_seconds)
+        except TimeoutError:
+            out.status = "Uncertain" if side_effecting else "TimedOut"
+            out.error = ("timeout", f"no answer within {tool.timeout_seconds} s")
+            return await self._close(c, out)
+        except asyncio.CancelledError:
+            out.status = "Uncertain" if side_effecting else "Failed"
+            out.error = ("cancelled", "the call was cancelled while it ran")
+            await asyncio.shield(self._close(c, out))
+            raise
+        except Exception as exc:
+            code = exc.code if isinstance(exc, OarlockError) else type(exc).__name__
+            out.status, out.error = "Failed", (code, f"{type(exc).__name__}: {exc}")
+            return await self._close(c, out)
+        out.status = "Succeeded"
+        if isinstance(value, ToolOutput):
+            out.effect, value = value.effect, value.value
+        out.text = result_text(value)
+        return await self._close(c, out)
+
+    async def _close(self, c: _Call, out: _Outcome) -> ToolResultPart:
+        raw = None if out.text is None else out.text.encode("utf-8", "surrogatepass")
+        receipt = self._receipt(
+            c.invocation,
+            out.status,
+            started=out.started,
+            duration_ms=round((time.perf_counter() - out.t0) * 1000),
+            raw=raw,
+            effect=_effect(out.effect) if c.tool.side_effect not in _SAFE else None,
+            error=out.error,
+        )
+        try:
+            await self.store.finish(receipt, result=raw, at=receipt["finishedAt"])
+        except Exception as exc:  # the outcome happened but is not on record
+            return await self._unrecorded(c, out.started, exc)
+        if out.text is not None:
+            return self._result(c.call, out.text)
+        if out.status == "Uncertain":
+            return _error(c.call, _uncertain_text(c.tool, receipt))
+        return _error(c.call, _error_text(c.tool, receipt))
+
+    async def _unrecorded(self, c: _Call, started: str, exc: Exception) -> ToolResultPart:
+        why = f"its receipt could not be written: {type(exc).__name__}: {exc}"
+        if c.tool.side_effect in _SAFE:
+            return _error(c.call, f"Tool {c.tool.name!r} ran, but {why}.")
+        receipt = self._receipt(
+            c.invocation, "Uncertain", started=started, error=("receipt_failed", why)
+        )
+        with contextlib.suppress(Exception):  # else the open claim stays: recovery records it
+            await self.store.finish(receipt, result=None, at=receipt["finishedAt"])
+        return _error(c.call, _uncertain_text(c.tool, receipt))
+
+    def _receipt(
+        self,
+        invocation: dict[str, Any],
+        status: str,
+        *,
+        started: str,
+        duration_ms: int | None = None,
+        raw: bytes | None = None,
+        effect: dict[str, Any] | None = None,
+        error: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:
+        receipt: dict[str, Any] = {
+            "invocationId": invocation["invocationId"],
+            "status": status,
+            "startedAt": started,
+            "finishedAt": max(self.clock(), started),
+        }
+        if status == "Succeeded" and effect is not None:
+            receipt["effect"] = effect
+        if raw is not None:
+            receipt["resultRef"] = artifact_ref(raw)
+            receipt["sanitized"] = True
+        usage: dict[str, Any] = {"bytesIn": len(canonicalize(invocation["arguments"]))}
+        if duration_ms is not None:
+            usage["durationMs"] = duration_ms
+        if raw is not None:
+            usage["bytesOut"] = len(raw)
+        receipt["usage"] = usage
+        if error is not None:
+            receipt["error"] = {"code": error[0], "message": sanitize(error[1], max_chars=4000)}
+        receipt["receiptHash"] = digest(receipt)
+        ensure_valid(receipt, "receipt")
+        return receipt
+
+    async def _deny(self, c: _Call, refusal: _Refused) -> ToolResultPart:
+        invocation = {k: v for k, v in c.invocation.items() if k != "approvalId"}
+        if invocation["sideEffectClass"] in APPROVAL_REQUIRED_CLASSES:
+            # tool-invocation-v1 (rule I2) wants an approval id on every such record; a
+            # refused call carries the nil UUID: no approval was used
+            invocation["approvalId"] = NO_APPROVAL
+        ensure_valid(invocation, "invocation")
+        receipt = self._receipt(
+            invocation, "Denied", started=c.now, error=(refusal.code, refusal.message)
+        )
+        await self.store.refuse(invocation, receipt, c.now)
+        return _error(
+            c.call, f"Tool {c.call.name!r} was not run: {refusal.message} ({refusal.code})."
+        )
+
+    def _result(self, call: ToolCallPart, text: str) -> ToolResultPart:
+        return ToolResultPart(
+            type="tool_result",
+            tool_call_id=call.id,
+            tool_name=call.name,
+            content=sanitize_result(text, max_chars=self.max_result_chars),
+        )
+
+
+@dataclass(slots=True)
+class _Call:
+    """One call on its way through the executor."""
+
+    tool: Tool
+    call: ToolCallPart
+    ctx: CallContext
+    arguments: dict[str, Any]  # as the tool receives them
+    invocation: dict[str, Any]  # the tool-invocation-v1 record
+    now: str
+
+
+@dataclass(slots=True)
+class _Outcome:
+    started: str
+    t0: float
+    status: str = "Failed"
+    text: str | None = None
+    effect: ToolEffect | None = None
+    error: tuple[str, str] | None = None
+
+
+def _key(c: _Call) -> str:
+    if c.tool.idempotency_key is None:
+        return f"run:{c.ctx.run_id}:call:{c.call.id}"
+    try:
+        key = c.tool.idempotency_key(c.arguments)
+    except Exception as exc:
+        raise _Refused(
+            "idempotency_key_failed",
+            f"the tool's idempotency key could not be made: {type(exc).__name__}: {exc}",
+        ) from None
+    if not isinstance(key, str) or not key:
+        raise _Refused("idempotency_key_failed", "the tool's idempotency key is empty")
+    return key
+
+
+def _check_approval(approval: Approval, used_by: str | None, c: _Call) -> None:
+    """Refuse an approval that does not cover exactly this call, now."""
+    tool, invocation, ctx, now = c.tool, c.invocation, c.ctx, c.now
+    if approval.run_id != ctx.run_id:
+        raise _Refused("approval_wrong_run", f"the approval is for run {approval.run_id}")
+    if approval.tool_id != tool.name:
+        raise _Refused("approval_wrong_tool", f"the approval is for tool {approval.tool_id!r}")
+    if approval.scope != dict(ctx.scope):
+        raise _Refused("approval_wrong_scope", "the approval was given in another scope")
+    if approval.arguments_hash != invocation["argumentsHash"]:
+        raise _Refused(
+            "approval_mismatch",
+            "the approval covers other arguments than these "
+            f"({approval.arguments_hash} approved, {invocation['argumentsHash']} asked)",
+        )
+    if approval.expires_at is not None and not is_before(now, approval.expires_at):
+        raise _Refused("approval_expired", f"the approval expired at {approval.expires_at}")
+    if used_by is not None:
+        raise _Refused("approval_used", f"the approval was used by invocation {used_by}")
+
+
+def _stale(claim: Claim) -> bool:
+    alive = owner_alive(claim.owner)
+    if alive is False:
+        return True
+    return alive is None and time.time() > claim.lease_until
+
+
+def _failed(verdict: PolicyVerdict) -> bool:
+    return verdict.rule_id is None and any(
+        r.startswith("policy evaluation failed") for r in verdict.reasons
+    )
+
+
+def _effect(reported: ToolEffect | None) -> dict[str, Any]:
+    if reported is None:
+        effect: dict[str, Any] = {"kind": "unreported"}
+    else:
+        effect = {"kind": reported.kind}
+        if reported.external_reference is not None:
+            effect["externalReference"] = reported.external_reference
+        if reported.reversible is not None:
+            effect["reversible"] = reported.reversible
+    effect["effectHash"] = digest(effect)
+    return effect
+
+
+def _policy_text(what: str, verdict: PolicyVerdict) -> str:
+    rule = f"rule {verdict.rule_id!r}" if verdict.rule_id else "the default policy"
+    reasons = "; ".join(verdict.reasons)
+    return f"{what} by {rule}" + (f": {reasons}" if reasons else "")
+
+
+def _error(call: ToolCallPart, message: str) -> ToolResultPart:
+    return ToolResultPart(
+        type="tool_result",
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=sanitize(message, max_chars=8000),
+        is_error=True,
+    )
+
+
+def _error_text(tool: Tool, receipt: Mapping[str, Any]) -> str:
+    err = receipt.get("error") or {}
+    status = receipt["status"]
+    if status == "TimedOut":
+        return f"Tool {tool.name!r} timed out: {err.get('message', '')}."
+    if status == "Denied":
+        return f"Tool {tool.name!r} was not run: {err.get('message', '')} ({err.get('code')})."
+    return f"Tool {tool.name!r} failed: {err.get('message', '')}"
+
+
+def _uncertain_text(tool: Tool, receipt: Mapping[str, Any]) -> str:
+    err = receipt.get("error") or {}
+    return (
+        f"The outcome of tool {tool.name!r} is unknown ({err.get('message', 'no receipt')}). "
+        "It may or may not have taken effect and will not be retried automatically; an "
+        f"operator must reconcile invocation {receipt['invocationId']}."
+    )

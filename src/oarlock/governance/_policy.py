@@ -1,0 +1,561 @@
+"""Tool-call policy: the verdict (allow, deny, require_approval) for every governed call.
+
+A policy file is YAML. Rules are tried in order; the first rule that matches decides::
+
+    policy: refunds-desk          # the policy id (required)
+    approval_ttl: 3600            # optional: deadline in seconds of the approvals it asks for
+    rules:
+      - id: block-prod-deploys    # required, unique
+        effect: deny              # allow | deny | require_approval
+        reason: Production deploys go through the release train    # optional
+        match:                    # optional; a rule without match matches every call
+          tool: "deploy*"         # a glob (fnmatch, case-sensitive) or a list of globs
+          class: production       # a side-effect class or a list of classes
+          scope:                  # every key must match
+            environment: prod     # a string (equals) or a list of strings (in)
+            labels.team: [payments, billing]
+      - id: small-refunds-acme
+        effect: allow
+        approval_ttl: 600         # optional, not on deny rules
+        match:
+          tool: issue_refund
+          scope: {tenantId: acme}
+          arguments:              # every condition must hold
+            amount: {gte: 1, lte: 50}
+            currency: {in: [EUR, USD]}
+            customer.tier: {equals: gold}    # dotted path into nested objects
+            items.0.sku: {matches: "^SKU-"}  # a number steps into a list
+
+``match`` keys: ``tool``, ``class`` (read, sandbox, shared-write, external, production,
+publication, spend), ``scope`` and ``arguments``. Scope keys are ``tenantId``,
+``projectId``, ``environment``, ``principalId`` and ``labels.<name>``; a scope value the
+call does not carry never matches. Argument conditions:
+
+``equals``  exact JSON equality: ``1`` equals ``1.0``, but ``true`` is not ``1``
+``in``      a list of JSON values; equals one of them
+``lt``, ``lte``, ``gt``, ``gte``  number comparisons; a boolean, string or other
+            non-number argument never matches (``"50"`` is not 50)
+``matches`` a regular expression searched in a string argument (Python ``re.search``)
+
+A missing argument makes its condition false. A file is checked completely when it is
+loaded: unknown keys, wrong types, bad regular expressions, duplicate rule ids, unknown
+effects or classes raise :class:`~oarlock.errors.ConfigError` (code ``policy_invalid``)
+naming the rule and the key. YAML 1.1 reads bare ``yes``/``no``/``on``/``off`` as
+booleans: quote them.
+
+When no rule matches, :func:`default_verdict` decides: ``read`` and ``sandbox`` calls are
+allowed unless the tool itself asks for a human; ``shared-write`` and above need an
+approval. A call of an unregistered tool, or with an unknown side-effect class, is
+denied before any rule is tried.
+
+An ``allow`` of a call that needs an approval (class ``shared-write`` and above, or a
+tool that asks for a human) is a standing approval given by the rule; its lifetime is
+the rule's ``approval_ttl``. A ``require_approval`` verdict carries the deadline of the
+approval it asks for: the rule's ``approval_ttl``, else the policy's.
+
+``version`` is the digest (RFC 8785 JSON, SHA-256) of the parsed policy: the same
+content always has the same version, comments and formatting aside.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fnmatch import translate
+from pathlib import Path
+from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
+
+from oarlock.errors import ConfigError
+from oarlock.formats._jcs import INT_MAX, digest
+from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES, SIDE_EFFECT_CLASSES
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "Effect",
+    "PolicyEngine",
+    "PolicyRequest",
+    "PolicyVerdict",
+    "RulePolicy",
+    "default_verdict",
+]
+
+Effect = Literal["allow", "deny", "require_approval"]
+_EFFECTS: tuple[Effect, ...] = ("allow", "deny", "require_approval")
+_CLASSES = frozenset(SIDE_EFFECT_CLASSES)
+_SCOPE_KEYS = ("tenantId", "projectId", "environment", "principalId")
+_CONDITIONS = ("equals", "in", "lt", "lte", "gt", "gte", "matches")
+_NUM = (int, float)
+_MISSING: Any = object()
+_CACHE_MAX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRequest:
+    """One tool call as the policy sees it."""
+
+    tool: str
+    side_effect_class: str
+    scope: Mapping[str, Any]
+    arguments: Mapping[str, Any]
+    known_tool: bool = True
+    tool_requires_approval: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyVerdict:
+    """What the policy decided, which rule decided (None for a default) and why."""
+
+    effect: Effect
+    rule_id: str | None
+    reasons: tuple[str, ...]
+    approval_ttl_seconds: float | None = None
+
+
+@runtime_checkable
+class PolicyEngine(Protocol):
+    """Anything that turns a :class:`PolicyRequest` into a :class:`PolicyVerdict`."""
+
+    policy_id: str
+    version: str
+
+    def evaluate(self, request: PolicyRequest) -> PolicyVerdict: ...
+
+
+def needs_approval(request: PolicyRequest) -> bool:
+    """Whether the call needs a human unless a policy gives a standing approval."""
+    return request.side_effect_class in APPROVAL_REQUIRED_CLASSES or bool(
+        request.tool_requires_approval
+    )
+
+
+def _precheck(request: PolicyRequest) -> PolicyVerdict | None:
+    if not request.known_tool:
+        return PolicyVerdict("deny", None, (f"tool {request.tool!r} is not registered",))
+    cls = request.side_effect_class
+    if not isinstance(cls, str) or cls not in _CLASSES:
+        return PolicyVerdict("deny", None, (f"unknown side-effect class {cls!r}",))
+    return None
+
+
+def _defaults(ttl: float | None) -> tuple[dict[str, PolicyVerdict], PolicyVerdict]:
+    """The default verdict of each class, and that of a tool asking for a human."""
+    table: dict[str, PolicyVerdict] = {}
+    for cls in SIDE_EFFECT_CLASSES:
+        if cls in APPROVAL_REQUIRED_CLASSES:
+            why = f"no rule matched; {cls!r} calls need an approval"
+            table[cls] = PolicyVerdict("require_approval", None, (why,), ttl)
+        else:
+            table[cls] = PolicyVerdict(
+                "allow", None, (f"no rule matched; {cls!r} calls are allowed",)
+            )
+    why = "no rule matched; the tool asks for a human approval"
+    return table, PolicyVerdict("require_approval", None, (why,), ttl)
+
+
+_DEFAULTS = _defaults(None)
+
+
+def _fallback(
+    request: PolicyRequest, table: tuple[dict[str, PolicyVerdict], PolicyVerdict]
+) -> PolicyVerdict:
+    verdict = table[0][request.side_effect_class]
+    if verdict.effect == "allow" and request.tool_requires_approval:
+        return table[1]
+    return verdict
+
+
+def default_verdict(request: PolicyRequest) -> PolicyVerdict:
+    """The verdict when no rule matches (see the module documentation)."""
+    return _precheck(request) or _fallback(request, _DEFAULTS)
+
+
+# -- argument matching ------------------------------------------------------------------
+
+Test = Callable[[Any], bool]
+
+
+_KINDS = (
+    ("bool", bool),
+    ("num", _NUM),
+    ("str", str),
+    ("null", type(None)),
+    ("list", list | tuple),
+    ("dict", Mapping),
+)
+
+
+def _kind(v: Any) -> str | None:
+    return next((kind for kind, types in _KINDS if isinstance(v, types)), None)
+
+
+def _json_eq(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value, booleans apart from numbers, containers deeply."""
+    kind = _kind(a)
+    if kind is None or kind != _kind(b):
+        return False
+    if kind == "list":
+        return len(a) == len(b) and all(_json_eq(x, y) for x, y in zip(a, b, strict=True))
+    if kind == "dict":
+        return len(a) == len(b) and all(k in a and _json_eq(a[k], v) for k, v in b.items())
+    return bool(a == b)
+
+
+def _equals(e: Any) -> Test:
+    kind = _kind(e)
+    if kind == "str":
+        return lambda v: type(v) is str and v == e
+    if kind == "num":
+        return lambda v: type(v) in _NUM and v == e
+    if kind == "bool":
+        return lambda v: type(v) is bool and v is e
+    if kind == "null":
+        return lambda v: v is None
+    return lambda v: _json_eq(v, e)
+
+
+def _one_of(values: list[Any]) -> Test:
+    if all(type(v) is str for v in values):
+        strings = frozenset(values)
+        return lambda v: type(v) is str and v in strings
+    tests = [_equals(e) for e in values]
+    return lambda v: any(test(v) for test in tests)
+
+
+_COMPARE: dict[str, Callable[[float], Test]] = {
+    "lt": lambda b: lambda v: type(v) in _NUM and v < b,
+    "lte": lambda b: lambda v: type(v) in _NUM and v <= b,
+    "gt": lambda b: lambda v: type(v) in _NUM and v > b,
+    "gte": lambda b: lambda v: type(v) in _NUM and v >= b,
+}
+
+
+def _lookup(value: Any, path: tuple[tuple[str, int | None], ...]) -> Any:
+    for name, index in path:
+        if type(value) is dict or isinstance(value, Mapping):
+            value = value.get(name, _MISSING)
+            if value is _MISSING:
+                return _MISSING
+        elif index is not None and type(value) is list and index < len(value):
+            value = value[index]
+        else:
+            return _MISSING
+    return value
+
+
+# -- compiled rules ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    id: str
+    tools: Callable[[str], Any] | None
+    classes: frozenset[str] | None
+    scope: tuple[tuple[str, str | None, frozenset[str]], ...]
+    args: tuple[tuple[tuple[tuple[str, int | None], ...], tuple[Test, ...]], ...]
+    verdict: PolicyVerdict  # for a call that needs no approval
+    standing: PolicyVerdict  # the same rule deciding a call that needs one
+
+    def matches(self, scope: Mapping[str, Any], args: Any) -> bool:
+        for key, label, allowed in self.scope:
+            v = scope.get(key)
+            if label is not None:
+                v = v.get(label) if isinstance(v, Mapping) else None
+            if not isinstance(v, str) or v not in allowed:
+                return False
+        for path, tests in self.args:
+            v = _lookup(args, path)
+            if v is _MISSING:
+                return False
+            for test in tests:
+                if not test(v):
+                    return False
+        return True
+
+
+def _fail(where: str, message: str) -> NoReturn:
+    raise ConfigError(f"{where}: {message}", code="policy_invalid")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (quote YAML words like yes/no/on/off)"
+    if isinstance(value, str | int | float):
+        return repr(value)
+    return "null" if value is None else "a list" if isinstance(value, list) else "a mapping"
+
+
+def _keys(value: Any, where: str, allowed: tuple[str, ...] = ()) -> dict[Any, Any]:
+    """``value`` as a mapping whose keys are all ``allowed`` (any key if none given)."""
+    if not isinstance(value, dict):
+        _fail(where or "policy file", f"expected a mapping, got {_show(value)}")
+    for key in value:
+        if allowed and key not in allowed:
+            _fail(f"{where}.{key}" if where else key, f"unknown key; use {', '.join(allowed)}")
+    return value
+
+
+def _strings(value: Any, where: str, what: str) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        _fail(where, "an empty list never matches")
+    for item in items:
+        if not isinstance(item, str):
+            _fail(where, f"expected {what} or a list of them, got {_show(item)}")
+    return items
+
+
+def _ttl(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, _NUM) or not value > 0:
+        _fail(where, f"expected a positive number of seconds, got {_show(value)}")
+    return float(value)
+
+
+def _condition(name: str, value: Any, where: str) -> Test:
+    if name == "equals":
+        return _equals(value)
+    if name == "in":
+        if not isinstance(value, list) or not value:
+            _fail(where, f"expected a non-empty list of values, got {_show(value)}")
+        return _one_of(value)
+    if name == "matches":
+        if not isinstance(value, str):
+            _fail(where, f"expected a regular expression, got {_show(value)}")
+        try:
+            search = re.compile(value).search
+        except re.error as exc:
+            _fail(where, f"bad regular expression {value!r}: {exc}")
+        return lambda v: isinstance(v, str) and search(v) is not None
+    if isinstance(value, bool) or not isinstance(value, _NUM):
+        _fail(where, f"expected a number, got {_show(value)}")
+    return _COMPARE[name](value)
+
+
+def _arguments(raw: Any, where: str) -> tuple[Any, ...]:
+    compiled = []
+    for name, conditions in _keys(raw, where).items():
+        at = f"{where}.{name}"
+        parts = name.split(".") if isinstance(name, str) else [""]
+        if not all(parts):
+            _fail(at, "an argument path is names joined by dots, like customer.tier")
+        if not isinstance(conditions, dict) or not conditions:
+            _fail(at, f"expected conditions like {{equals: 5}}, got {_show(conditions)}")
+        tests = []
+        for kind, value in conditions.items():
+            if kind not in _CONDITIONS:
+                _fail(at, f"unknown condition {kind!r}; use {', '.join(_CONDITIONS)}")
+            tests.append(_condition(kind, value, f"{at}.{kind}"))
+        path = tuple((p, int(p) if p.isascii() and p.isdigit() else None) for p in parts)
+        compiled.append((path, tuple(tests)))
+    return tuple(compiled)
+
+
+def _scope(raw: Any, where: str) -> tuple[tuple[str, str | None, frozenset[str]], ...]:
+    compiled = []
+    for key, value in _keys(raw, where).items():
+        at = f"{where}.{key}"
+        field, _, label = str(key).partition(".")
+        if not (key in _SCOPE_KEYS or (field == "labels" and label)):
+            _fail(at, f"unknown scope key; use {', '.join(_SCOPE_KEYS)} or labels.<name>")
+        compiled.append((field, label or None, frozenset(_strings(value, at, "a string"))))
+    return tuple(compiled)
+
+
+def _compile(raw: Any, index: int, default_ttl: float | None) -> _Rule:
+    where = f"rules[{index}]"
+    if not isinstance(raw, dict):
+        _fail(where, f"expected a mapping, got {_show(raw)}")
+    rule_id = raw.get("id")
+    if not isinstance(rule_id, str) or not rule_id:
+        _fail(f"{where}.id", f"required, a non-empty string; got {_show(rule_id)}")
+    ctx = f"rule {rule_id!r} ({where})"
+    for key in raw:
+        if key not in ("id", "effect", "reason", "approval_ttl", "match"):
+            _fail(f"{ctx}: {key}", "unknown key; use id, effect, reason, approval_ttl, match")
+    effect = raw.get("effect")
+    if effect not in _EFFECTS:
+        _fail(f"{ctx}: effect", f"expected one of {', '.join(_EFFECTS)}, got {_show(effect)}")
+    reason = raw.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        _fail(f"{ctx}: reason", f"expected a string, got {_show(reason)}")
+    ttl = None
+    if "approval_ttl" in raw:
+        if effect == "deny":
+            _fail(f"{ctx}: approval_ttl", "a deny rule gives or asks for no approval")
+        ttl = _ttl(raw["approval_ttl"], f"{ctx}: approval_ttl")
+    match = _keys(raw.get("match", {}), f"{ctx}: match", ("tool", "class", "scope", "arguments"))
+    tools = None
+    if "tool" in match:
+        globs = _strings(match["tool"], f"{ctx}: match.tool", "a glob")
+        tools = re.compile("|".join(f"(?:{translate(g)})" for g in globs)).match
+    classes = None
+    if "class" in match:
+        classes = frozenset(_strings(match["class"], f"{ctx}: match.class", "a class"))
+        for cls in sorted(classes - _CLASSES):
+            known = ", ".join(SIDE_EFFECT_CLASSES)
+            _fail(f"{ctx}: match.class", f"unknown side-effect class {cls!r}; use {known}")
+    why = (reason or f"rule {rule_id!r} matched",)
+    standing = PolicyVerdict(effect, rule_id, why, ttl)
+    verdict = PolicyVerdict(effect, rule_id, why)
+    if effect == "require_approval":
+        verdict = standing = PolicyVerdict(effect, rule_id, why, ttl or default_ttl)
+    return _Rule(
+        rule_id,
+        tools,
+        classes,
+        _scope(match.get("scope", {}), f"{ctx}: match.scope"),
+        _arguments(match.get("arguments", {}), f"{ctx}: match.arguments"),
+        verdict,
+        standing,
+    )
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A JSON copy of ``value`` (mappings become dicts, tuples lists), or a ConfigError."""
+    if isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str):
+                _fail(where or "policy", f"keys must be strings, got {_show(key)}")
+        return {k: _plain(v, f"{where}.{k}" if where else k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        _fail(where, f"{value} is not a JSON number")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
+        _fail(where, f"integer {value} is beyond ±(2**53 - 1)")
+    if value is None or isinstance(value, str | int | float):
+        return value
+    _fail(where, f"{type(value).__name__} is not a JSON value (quote it)")
+
+
+def _load_yaml(text: str) -> Any:
+    """Parse YAML like ``yaml.safe_load``, refusing duplicate keys in a mapping."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+        loader.flatten_mapping(node)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return loader.construct_mapping(node)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        return yaml.load(text, Loader=Loader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", code="policy_invalid") from None
+
+
+class RulePolicy:
+    """An ordered list of rules (first match wins) over the defaults of :func:`default_verdict`."""
+
+    __slots__ = (
+        "_cache",
+        "_defaults",
+        "_rules",
+        "approval_ttl",
+        "policy_id",
+        "rule_ids",
+        "version",
+    )
+
+    def __init__(self, data: Mapping[str, Any], *, source: str = "<policy>") -> None:
+        try:
+            if not isinstance(data, Mapping):
+                _fail("policy file", f"expected a mapping, got {_show(data)}")
+            _keys(dict(data), "", ("policy", "approval_ttl", "rules"))
+            plain = _plain(data, "")
+            policy_id = plain.get("policy")
+            if not isinstance(policy_id, str) or not policy_id:
+                _fail("policy", f"required, a non-empty string; got {_show(policy_id)}")
+            ttl = _ttl(plain["approval_ttl"], "approval_ttl") if "approval_ttl" in plain else None
+            raw_rules = plain.get("rules", [])
+            if not isinstance(raw_rules, list):
+                _fail("rules", f"expected a list of rules, got {_show(raw_rules)}")
+            rules = [_compile(raw, i, ttl) for i, raw in enumerate(raw_rules)]
+            first: dict[str, int] = {}
+            for i, rule in enumerate(rules):
+                if rule.id in first:
+                    _fail(
+                        f"rule {rule.id!r} (rules[{i}])", f"rules[{first[rule.id]}] has this id too"
+                    )
+                first[rule.id] = i
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc.message}", code="policy_invalid") from None
+        self.policy_id: str = policy_id
+        self.version: str = digest(plain)
+        self.approval_ttl: float | None = ttl
+        self.rule_ids: tuple[str, ...] = tuple(first)
+        self._rules = tuple(rules)
+        self._cache: dict[tuple[str, str], tuple[_Rule, ...]] = {}
+        self._defaults = _defaults(ttl)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<policy>") -> RulePolicy:
+        return cls(data, source=source)
+
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str = "<policy>") -> RulePolicy:
+        try:
+            data = _load_yaml(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc.message}", code=exc.code) from None
+        return cls(data, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> RulePolicy:
+        try:
+            text = Path(path).read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            msg = f"cannot read policy file {path}: {exc}"
+            raise ConfigError(msg, code="policy_invalid") from None
+        return cls.from_yaml(text, source=str(path))
+
+    def __repr__(self) -> str:
+        return f"RulePolicy({self.policy_id!r}, rules={len(self._rules)}, {self.version[:15]}…)"
+
+    def evaluate(self, request: PolicyRequest) -> PolicyVerdict:
+        """The verdict of the first matching rule, else the default. Never raises."""
+        try:
+            verdict = _precheck(request)
+            if verdict is not None:
+                return verdict
+            key = (request.tool, request.side_effect_class)
+            rules = self._cache.get(key)
+            if rules is None:
+                rules = self._candidates(*key)
+            scope = request.scope
+            if type(scope) is not dict and not isinstance(scope, Mapping):
+                scope = {}
+            for rule in rules:
+                if rule.matches(scope, request.arguments):
+                    return rule.standing if needs_approval(request) else rule.verdict
+            return _fallback(request, self._defaults)
+        except Exception as exc:  # fail closed on anything unforeseen
+            why = f"policy evaluation failed: policy {self.policy_id!r}: {type(exc).__name__}"
+            return PolicyVerdict("deny", None, (why,))
+
+    def _candidates(self, tool: str, cls: str) -> tuple[_Rule, ...]:
+        """The rules whose tool and class filters accept this call, in order (cached)."""
+        rules = tuple(
+            r
+            for r in self._rules
+            if (r.tools is None or r.tools(tool)) and (r.classes is None or cls in r.classes)
+        )
+        if len(self._cache) >= _CACHE_MAX:
+            self._cache.clear()
+        self._cache[(tool, cls)] = rules
+        return rules
+
+
+DEFAULT_POLICY = RulePolicy.from_dict({"policy": "oarlock-default"}, source="oarlock-default")

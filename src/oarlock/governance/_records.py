@@ -1,0 +1,188 @@
+"""The records the governed executor keeps besides invocations and receipts.
+
+Invocations and receipts are the published tool-invocation-v1 and tool-receipt-v1 formats
+(plain JSON objects, validated before they are stored). The records here are oarlock's
+own, each tagged with a versioned ``type`` so that a reader refuses one it does not know:
+
+* ``oarlock-approval/1``: an approval bound to one call of one run: the tool, the
+  arguments hash it covers (after any edit), the scope, who decided (a human principal or
+  a policy rule), when, and an optional expiry. Used at most once.
+* ``oarlock-reconciliation/1``: an operator's statement about an Uncertain receipt
+  (``succeeded`` or ``not-applied``) with evidence. Appended; receipts are never edited.
+* :class:`Claim`: the idempotency claim on (tenant, tool, key), taken before a tool runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from oarlock.errors import IntegrityError
+
+__all__ = [
+    "APPROVAL_TYPE",
+    "RECONCILIATION_TYPE",
+    "Approval",
+    "Claim",
+    "Reconciliation",
+    "StoredReceipt",
+    "run_uuid",
+    "step_uuid",
+]
+
+APPROVAL_TYPE = "oarlock-approval/1"
+RECONCILIATION_TYPE = "oarlock-reconciliation/1"
+_NAMESPACE = uuid.UUID("6f0a7c3e-4d52-5a8e-9b1f-0a4c6e8d2b17")
+
+
+def run_uuid(run_id: str) -> str:
+    """The run's id as a UUID: itself when it is one, else a name-based UUID of it."""
+    try:
+        return str(uuid.UUID(run_id))
+    except ValueError:
+        return str(uuid.uuid5(_NAMESPACE, f"run:{run_id}"))
+
+
+def step_uuid(run_id: str, turn: int) -> str:
+    """A stable id for one turn of one run (the same in every process that resumes it)."""
+    return str(uuid.uuid5(_NAMESPACE, f"step:{run_id}:{turn}"))
+
+
+def _str(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise IntegrityError(f"{what}: '{key}' must be a non-empty string", code="record_invalid")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    approval_id: str
+    run_id: str
+    tool_call_id: str
+    tool_id: str
+    arguments_hash: str
+    scope: dict[str, Any]
+    decided_by: Literal["human", "policy"]
+    principal: str  # the human's id, or the policy rule's id
+    decided_at: str
+    expires_at: str | None = None
+    policy_version: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "type": APPROVAL_TYPE,
+            "approvalId": self.approval_id,
+            "runId": self.run_id,
+            "toolCallId": self.tool_call_id,
+            "toolId": self.tool_id,
+            "argumentsHash": self.arguments_hash,
+            "scope": self.scope,
+            "decidedBy": self.decided_by,
+            "principal": self.principal,
+            "decidedAt": self.decided_at,
+        }
+        if self.expires_at is not None:
+            data["expiresAt"] = self.expires_at
+        if self.policy_version is not None:
+            data["policyVersion"] = self.policy_version
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Approval:
+        what = "approval record"
+        if data.get("type") != APPROVAL_TYPE:
+            raise IntegrityError(
+                f"{what} has type {data.get('type')!r}; this oarlock reads {APPROVAL_TYPE}",
+                code="record_invalid",
+            )
+        decided_by = data.get("decidedBy")
+        scope = data.get("scope")
+        if decided_by not in ("human", "policy") or not isinstance(scope, dict):
+            raise IntegrityError(f"{what} has no valid decidedBy or scope", code="record_invalid")
+        return cls(
+            approval_id=_str(data, "approvalId", what),
+            run_id=_str(data, "runId", what),
+            tool_call_id=_str(data, "toolCallId", what),
+            tool_id=_str(data, "toolId", what),
+            arguments_hash=_str(data, "argumentsHash", what),
+            scope=scope,
+            decided_by=decided_by,
+            principal=_str(data, "principal", what),
+            decided_at=_str(data, "decidedAt", what),
+            expires_at=_str(data, "expiresAt", what, optional=True),
+            policy_version=_str(data, "policyVersion", what, optional=True),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    reconciliation_id: str
+    invocation_id: str
+    outcome: Literal["succeeded", "not-applied"]
+    evidence: str
+    by: str
+    at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": RECONCILIATION_TYPE,
+            "reconciliationId": self.reconciliation_id,
+            "invocationId": self.invocation_id,
+            "outcome": self.outcome,
+            "evidence": self.evidence,
+            "by": self.by,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reconciliation:
+        what = "reconciliation record"
+        outcome = data.get("outcome")
+        if data.get("type") != RECONCILIATION_TYPE or outcome not in ("succeeded", "not-applied"):
+            raise IntegrityError(f"{what} has an unknown type or outcome", code="record_invalid")
+        return cls(
+            reconciliation_id=_str(data, "reconciliationId", what),
+            invocation_id=_str(data, "invocationId", what),
+            outcome=outcome,
+            evidence=_str(data, "evidence", what),
+            by=_str(data, "by", what),
+            at=_str(data, "at", what),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Who holds an idempotency key. ``owner`` names the process (host, pid and start
+    time); ``lease_until`` (seconds since the epoch) bounds how long it may hold it."""
+
+    tenant_id: str
+    tool_id: str
+    idempotency_key: str
+    invocation_id: str
+    arguments_hash: str
+    owner: str
+    claimed_at: str
+    lease_until: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReceipt:
+    """A receipt with its invocation and any reconciliations, as ``receipts show`` and the
+    executor's replay read them."""
+
+    invocation: dict[str, Any]
+    receipt: dict[str, Any]
+    reconciliations: tuple[Reconciliation, ...] = ()
+
+    @property
+    def status(self) -> str:
+        return str(self.receipt["status"])
+
+    @property
+    def invocation_id(self) -> str:
+        return str(self.receipt["invocationId"])

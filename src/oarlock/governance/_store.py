@@ -1,0 +1,292 @@
+"""Where the governed executor keeps its records: claims, invocations, approvals, receipts,
+reconciliations, result artifacts and the hash-chained ledger.
+
+Every method that changes state is one transaction, durable when it returns, and appends
+what it stores to the ledger in that same transaction, so the ledger and the records can
+never disagree after a crash. :class:`MemoryGovernanceStore` is the fake shipped for
+tests; the SQLite store keeps the same records in the run database.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from oarlock.errors import ConflictError, NotFound
+from oarlock.formats._jcs import digest_bytes
+from oarlock.governance._ledger import Checkpoint, LedgerEntry, next_entry
+from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
+
+__all__ = ["ClaimHeld", "GovernanceStore", "MemoryGovernanceStore", "artifact_ref"]
+
+
+def artifact_ref(data: bytes) -> str:
+    """The content address of a result: ``sha256:<hex>`` of its bytes."""
+    return digest_bytes(data)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimHeld:
+    """The key is already claimed: by ``claim``, with ``receipt`` once it has one."""
+
+    claim: Claim
+    receipt: dict[str, Any] | None
+
+
+@runtime_checkable
+class GovernanceStore(Protocol):
+    async def record_approval(self, approval: Approval) -> None:
+        """Store an approval; one per (run, tool call): a second raises ConflictError
+        (code ``already_decided``) and changes nothing."""
+        ...
+
+    async def approval_for(self, run_id: str, tool_call_id: str) -> tuple[Approval, str | None]:
+        """The approval of a call and the invocation that used it (None if unused).
+        Raises NotFound."""
+        ...
+
+    async def begin(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        *,
+        approval_id: str | None,
+        grant: Approval | None,
+        at: str,
+    ) -> ClaimHeld | None:
+        """In one transaction: take ``claim`` (a unique insert on tenant, tool and key),
+        store ``grant`` (a standing approval from policy) if given, mark the approval used
+        by this invocation, store the invocation, and append them to the ledger. If the
+        key is held, nothing is written and the holder is returned; if the approval was
+        used already, ConflictError (code ``approval_used``)."""
+        ...
+
+    async def take_over(
+        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+    ) -> bool:
+        """Replace a stale claim that has no receipt with ``claim`` and store the new
+        invocation; False (nothing written) if the claim changed meanwhile."""
+        ...
+
+    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+        """Store the result artifact and the receipt and append the receipt to the ledger.
+        A second receipt for one invocation raises ConflictError (``receipt_exists``)."""
+        ...
+
+    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+        """An invocation that never ran, with its Denied receipt, in one transaction."""
+        ...
+
+    async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None: ...
+
+    async def load(self, invocation_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """An invocation and its receipt (None while it has none). Raises NotFound."""
+        ...
+
+    async def reconcile(self, reconciliation: Reconciliation) -> None:
+        """Append a reconciliation of an Uncertain receipt (NotFound, or ConflictError
+        with code ``not_uncertain`` when the receipt is not Uncertain)."""
+        ...
+
+    async def reconciliations(self, invocation_id: str) -> list[Reconciliation]: ...
+
+    async def receipts(
+        self, *, run_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[StoredReceipt]:
+        """Receipts, newest first."""
+        ...
+
+    async def open_claims(self) -> list[Claim]:
+        """Claims whose invocation has no receipt yet (running, or cut off by a crash)."""
+        ...
+
+    async def artifact(self, ref: str) -> bytes:
+        """A stored result by its reference. Raises NotFound."""
+        ...
+
+    async def ledger(self) -> list[LedgerEntry]:
+        """Every ledger entry, by sequence number."""
+        ...
+
+    async def add_checkpoint(self, checkpoint: Checkpoint) -> None: ...
+
+    async def checkpoints(self) -> list[Checkpoint]: ...
+
+
+class MemoryGovernanceStore:
+    """The governance store in memory, safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: list[LedgerEntry] = []
+        self._claims: dict[tuple[str, str, str], Claim] = {}
+        self._invocations: dict[str, dict[str, Any]] = {}
+        self._receipts: dict[str, dict[str, Any]] = {}
+        self._order: list[str] = []  # invocation ids in receipt order
+        self._approvals: dict[tuple[str, str], Approval] = {}
+        self._used: dict[str, str] = {}
+        self._reconciliations: dict[str, list[Reconciliation]] = {}
+        self._artifacts: dict[str, bytes] = {}
+        self._checkpoints: list[Checkpoint] = []
+
+    def _append(self, kind: str, at: str, body: dict[str, Any]) -> None:
+        head = self._entries[-1] if self._entries else None
+        self._entries.append(next_entry(head, kind, at, body))
+
+    async def record_approval(self, approval: Approval) -> None:
+        key = (approval.run_id, approval.tool_call_id)
+        with self._lock:
+            if key in self._approvals:
+                raise ConflictError(
+                    f"call {approval.tool_call_id} of run {approval.run_id} is already decided",
+                    code="already_decided",
+                )
+            self._append("approval", approval.decided_at, approval.to_json())
+            self._approvals[key] = approval
+
+    async def approval_for(self, run_id: str, tool_call_id: str) -> tuple[Approval, str | None]:
+        with self._lock:
+            approval = self._approvals.get((run_id, tool_call_id))
+            if approval is None:
+                raise NotFound(f"no approval for call {tool_call_id} of run {run_id}")
+            return approval, self._used.get(approval.approval_id)
+
+    async def begin(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        *,
+        approval_id: str | None,
+        grant: Approval | None,
+        at: str,
+    ) -> ClaimHeld | None:
+        key = (claim.tenant_id, claim.tool_id, claim.idempotency_key)
+        with self._lock:
+            held = self._claims.get(key)
+            if held is not None:
+                return ClaimHeld(held, self._receipts.get(held.invocation_id))
+            if approval_id is not None and approval_id in self._used:
+                raise ConflictError(
+                    f"approval {approval_id} was used already", code="approval_used"
+                )
+            if grant is not None:
+                if (grant.run_id, grant.tool_call_id) in self._approvals:
+                    raise ConflictError("the call has an approval already", code="already_decided")
+                self._approvals[(grant.run_id, grant.tool_call_id)] = grant
+                self._append("approval", at, grant.to_json())
+                approval_id = grant.approval_id
+            self._claims[key] = claim
+            if approval_id is not None:
+                self._used[approval_id] = invocation["invocationId"]
+            self._invocations[invocation["invocationId"]] = invocation
+            self._append("invocation", at, invocation)
+            return None
+
+    async def take_over(
+        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+    ) -> bool:
+        key = (claim.tenant_id, claim.tool_id, claim.idempotency_key)
+        with self._lock:
+            if self._claims.get(key) != stale or stale.invocation_id in self._receipts:
+                return False
+            self._claims[key] = claim
+            self._invocations[invocation["invocationId"]] = invocation
+            self._append("invocation", at, invocation)
+            return True
+
+    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+        invocation_id = receipt["invocationId"]
+        with self._lock:
+            if invocation_id not in self._invocations:
+                raise NotFound(f"no invocation {invocation_id}")
+            if invocation_id in self._receipts:
+                raise ConflictError(
+                    f"invocation {invocation_id} has a receipt already", code="receipt_exists"
+                )
+            if result is not None:
+                self._artifacts.setdefault(artifact_ref(result), result)
+            self._receipts[invocation_id] = receipt
+            self._order.append(invocation_id)
+            self._append("receipt", at, receipt)
+
+    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+        with self._lock:
+            self._invocations[invocation["invocationId"]] = invocation
+            self._append("invocation", at, invocation)
+        await self.finish(receipt, result=None, at=at)
+
+    async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
+        with self._lock:
+            held = self._claims.get((tenant_id, tool_id, key))
+            if held is None:
+                return None
+            return ClaimHeld(held, self._receipts.get(held.invocation_id))
+
+    async def load(self, invocation_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        with self._lock:
+            invocation = self._invocations.get(invocation_id)
+            if invocation is None:
+                raise NotFound(f"no invocation {invocation_id}")
+            return invocation, self._receipts.get(invocation_id)
+
+    async def reconcile(self, reconciliation: Reconciliation) -> None:
+        invocation_id = reconciliation.invocation_id
+        with self._lock:
+            receipt = self._receipts.get(invocation_id)
+            if receipt is None:
+                raise NotFound(f"no receipt for invocation {invocation_id}")
+            if receipt["status"] != "Uncertain":
+                raise ConflictError(
+                    f"invocation {invocation_id} is {receipt['status']}, not Uncertain",
+                    code="not_uncertain",
+                )
+            self._append("reconciliation", reconciliation.at, reconciliation.to_json())
+            self._reconciliations.setdefault(invocation_id, []).append(reconciliation)
+
+    async def reconciliations(self, invocation_id: str) -> list[Reconciliation]:
+        with self._lock:
+            return list(self._reconciliations.get(invocation_id, ()))
+
+    async def receipts(
+        self, *, run_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[StoredReceipt]:
+        with self._lock:
+            found: list[StoredReceipt] = []
+            for invocation_id in reversed(self._order):
+                if len(found) >= max(limit, 0):
+                    break
+                invocation, receipt = (
+                    self._invocations[invocation_id],
+                    self._receipts[invocation_id],
+                )
+                if run_id is not None and invocation["runId"] != run_id:
+                    continue
+                if status is not None and receipt["status"] != status:
+                    continue
+                recs = tuple(self._reconciliations.get(invocation_id, ()))
+                found.append(StoredReceipt(invocation, receipt, recs))
+            return found
+
+    async def open_claims(self) -> list[Claim]:
+        with self._lock:
+            return [c for c in self._claims.values() if c.invocation_id not in self._receipts]
+
+    async def artifact(self, ref: str) -> bytes:
+        with self._lock:
+            try:
+                return self._artifacts[ref]
+            except KeyError:
+                raise NotFound(f"no artifact {ref}") from None
+
+    async def ledger(self) -> list[LedgerEntry]:
+        with self._lock:
+            return list(self._entries)
+
+    async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
+        with self._lock:
+            self._checkpoints.append(checkpoint)
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        with self._lock:
+            return list(self._checkpoints)

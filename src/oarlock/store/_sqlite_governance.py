@@ -1,0 +1,318 @@
+"""The governed executor's records in the run database (SQLite).
+
+Each record is written once, as a ledger entry (its JCS text, sequence number, previous
+hash and entry hash); the tables ``invocations``, ``claims``, ``approvals``, ``receipts``
+and ``reconciliations`` index it by ``ledger_seq``. A method is one ``BEGIN IMMEDIATE``
+transaction that reads the ledger's head and appends to it, so writers in several
+processes extend one chain without forks. The idempotency claim is a unique insert
+(``ON CONFLICT DO NOTHING``, then a look at who holds the key), never select-then-insert.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+from oarlock.errors import ConflictError, IntegrityError, NotFound
+from oarlock.formats._jcs import canonicalize
+from oarlock.governance._ledger import GENESIS_HASH, Checkpoint, LedgerEntry, entry_hash
+from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
+from oarlock.governance._store import ClaimHeld, artifact_ref
+from oarlock.store._sqlite import named_queries
+
+if TYPE_CHECKING:
+    from oarlock.store._sqlite import SQLiteStore
+
+__all__ = ["SQLiteGovernanceStore"]
+
+_FILE = "sqlite_governance.sql"
+
+
+def _q(name: str) -> str:
+    return named_queries(_FILE)[name]
+
+
+def _body(text: Any, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        raise IntegrityError(f"stored {what} is not JSON", code="record_corrupt") from None
+    if not isinstance(value, dict):
+        raise IntegrityError(f"stored {what} is not a JSON object", code="record_corrupt")
+    return value
+
+
+def _claim(row: sqlite3.Row) -> Claim:
+    return Claim(
+        tenant_id=row["tenant_id"],
+        tool_id=row["tool_id"],
+        idempotency_key=row["idempotency_key"],
+        invocation_id=row["invocation_id"],
+        arguments_hash=row["arguments_hash"],
+        owner=row["owner"],
+        claimed_at=row["claimed_at"],
+        lease_until=row["lease_until"],
+    )
+
+
+def _claim_params(claim: Claim) -> dict[str, Any]:
+    return {
+        "tenant_id": claim.tenant_id,
+        "tool_id": claim.tool_id,
+        "idempotency_key": claim.idempotency_key,
+        "invocation_id": claim.invocation_id,
+        "arguments_hash": claim.arguments_hash,
+        "owner": claim.owner,
+        "claimed_at": claim.claimed_at,
+        "lease_until": claim.lease_until,
+    }
+
+
+class SQLiteGovernanceStore:
+    """A :class:`~oarlock.governance.GovernanceStore` sharing a :class:`SQLiteStore`'s
+    connection and file."""
+
+    def __init__(self, runs: SQLiteStore) -> None:
+        self._runs = runs
+
+    # -- helpers ------------------------------------------------------------------------
+    def _append(self, conn: sqlite3.Connection, kind: str, at: str, body: dict[str, Any]) -> int:
+        """Append one entry after the current head; call inside a write transaction."""
+        head = conn.execute(_q("ledger_head")).fetchone()
+        seq, prev = (1, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
+        conn.execute(
+            _q("ledger_append"),
+            {
+                "seq": seq,
+                "kind": kind,
+                "at": at,
+                "body": canonicalize(body).decode("utf-8"),
+                "prev_hash": prev,
+                "entry_hash": entry_hash(seq, kind, at, body, prev),
+            },
+        )
+        return seq
+
+    def _read(self, name: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+        return self._runs.db().execute(_q(name), params).fetchall()
+
+    def _insert_invocation(
+        self, conn: sqlite3.Connection, invocation: dict[str, Any], at: str
+    ) -> None:
+        seq = self._append(conn, "invocation", at, invocation)
+        conn.execute(
+            _q("insert_invocation"),
+            {
+                "invocation_id": invocation["invocationId"],
+                "run_id": invocation["runId"],
+                "ledger_seq": seq,
+            },
+        )
+
+    def _insert_approval(self, conn: sqlite3.Connection, approval: Approval, at: str) -> None:
+        seq = self._append(conn, "approval", at, approval.to_json())
+        try:
+            conn.execute(
+                _q("insert_approval"),
+                {
+                    "approval_id": approval.approval_id,
+                    "run_id": approval.run_id,
+                    "tool_call_id": approval.tool_call_id,
+                    "ledger_seq": seq,
+                },
+            )
+        except sqlite3.IntegrityError:
+            raise ConflictError(
+                f"call {approval.tool_call_id} of run {approval.run_id} is already decided",
+                code="already_decided",
+            ) from None
+
+    # -- writes -------------------------------------------------------------------------
+    async def record_approval(self, approval: Approval) -> None:
+        with self._runs.transaction("recording an approval"):
+            self._insert_approval(self._runs.db(), approval, approval.decided_at)
+
+    async def begin(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        *,
+        approval_id: str | None,
+        grant: Approval | None,
+        at: str,
+    ) -> ClaimHeld | None:
+        conn = self._runs.db()
+        with self._runs.transaction("claiming an idempotency key"):
+            taken = conn.execute(_q("insert_claim"), _claim_params(claim)).rowcount == 1
+            if not taken:
+                return self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
+            if grant is not None:
+                self._insert_approval(conn, grant, at)
+                approval_id = grant.approval_id
+            if approval_id is not None:
+                params = {"approval_id": approval_id, "invocation_id": invocation["invocationId"]}
+                if conn.execute(_q("use_approval"), params).rowcount != 1:
+                    raise ConflictError(
+                        f"approval {approval_id} was used already", code="approval_used"
+                    )
+            self._insert_invocation(conn, invocation, at)
+        return None
+
+    async def take_over(
+        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+    ) -> bool:
+        conn = self._runs.db()
+        params = _claim_params(claim) | {
+            "stale_invocation_id": stale.invocation_id,
+            "stale_owner": stale.owner,
+        }
+        with self._runs.transaction("taking over a stale claim"):
+            if conn.execute(_q("take_over"), params).rowcount != 1:
+                return False
+            self._insert_invocation(conn, invocation, at)
+        return True
+
+    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+        conn = self._runs.db()
+        with self._runs.transaction("writing a receipt"):
+            self._insert_receipt(conn, receipt, result, at)
+
+    def _insert_receipt(
+        self, conn: sqlite3.Connection, receipt: dict[str, Any], result: bytes | None, at: str
+    ) -> None:
+        invocation_id = receipt["invocationId"]
+        if conn.execute(_q("receipt_status"), {"invocation_id": invocation_id}).fetchone():
+            raise ConflictError(
+                f"invocation {invocation_id} has a receipt already", code="receipt_exists"
+            )
+        if result is not None:
+            conn.execute(_q("insert_artifact"), {"ref": artifact_ref(result), "data": result})
+        seq = self._append(conn, "receipt", at, receipt)
+        try:
+            conn.execute(
+                _q("insert_receipt"),
+                {"invocation_id": invocation_id, "status": receipt["status"], "ledger_seq": seq},
+            )
+        except sqlite3.IntegrityError:
+            raise NotFound(f"no invocation {invocation_id}") from None
+
+    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+        conn = self._runs.db()
+        with self._runs.transaction("recording a refused call"):
+            self._insert_invocation(conn, invocation, at)
+            self._insert_receipt(conn, receipt, None, at)
+
+    async def reconcile(self, reconciliation: Reconciliation) -> None:
+        conn = self._runs.db()
+        invocation_id = reconciliation.invocation_id
+        with self._runs.transaction("recording a reconciliation"):
+            row = conn.execute(_q("receipt_status"), {"invocation_id": invocation_id}).fetchone()
+            if row is None:
+                raise NotFound(f"no receipt for invocation {invocation_id}")
+            if row[0] != "Uncertain":
+                raise ConflictError(
+                    f"invocation {invocation_id} is {row[0]}, not Uncertain", code="not_uncertain"
+                )
+            seq = self._append(conn, "reconciliation", reconciliation.at, reconciliation.to_json())
+            conn.execute(
+                _q("insert_reconciliation"),
+                {
+                    "reconciliation_id": reconciliation.reconciliation_id,
+                    "invocation_id": invocation_id,
+                    "ledger_seq": seq,
+                },
+            )
+
+    async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
+        body = json.dumps(checkpoint.to_json(), separators=(",", ":"))
+        with self._runs.transaction("storing a checkpoint"):
+            self._runs.db().execute(_q("insert_checkpoint"), {"seq": checkpoint.seq, "body": body})
+
+    # -- reads --------------------------------------------------------------------------
+    def _held(
+        self, conn: sqlite3.Connection, tenant_id: str, tool_id: str, key: str
+    ) -> ClaimHeld | None:
+        row = conn.execute(
+            _q("claim_of"),
+            {"tenant_id": tenant_id, "tool_id": tool_id, "idempotency_key": key},
+        ).fetchone()
+        if row is None:
+            return None
+        receipt = None if row["receipt"] is None else _body(row["receipt"], "receipt")
+        return ClaimHeld(_claim(row), receipt)
+
+    async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
+        return self._held(self._runs.db(), tenant_id, tool_id, key)
+
+    async def approval_for(self, run_id: str, tool_call_id: str) -> tuple[Approval, str | None]:
+        rows = self._read("approval_for", {"run_id": run_id, "tool_call_id": tool_call_id})
+        if not rows:
+            raise NotFound(f"no approval for call {tool_call_id} of run {run_id}")
+        return Approval.from_json(_body(rows[0][0], "approval")), rows[0][1]
+
+    async def load(self, invocation_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        rows = self._read("load_invocation", {"invocation_id": invocation_id})
+        if not rows:
+            raise NotFound(f"no invocation {invocation_id}")
+        receipt = rows[0]["receipt"]
+        return _body(rows[0]["invocation"], "invocation"), (
+            None if receipt is None else _body(receipt, "receipt")
+        )
+
+    async def reconciliations(self, invocation_id: str) -> list[Reconciliation]:
+        rows = self._read("reconciliations", {"invocation_id": invocation_id})
+        return [Reconciliation.from_json(_body(r[0], "reconciliation")) for r in rows]
+
+    async def receipts(
+        self, *, run_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[StoredReceipt]:
+        rows = self._read(
+            "list_receipts", {"run_id": run_id, "status": status, "limit": max(limit, 0)}
+        )
+        found = []
+        for row in rows:
+            receipt = _body(row["receipt"], "receipt")
+            notes = await self.reconciliations(receipt["invocationId"])
+            found.append(
+                StoredReceipt(_body(row["invocation"], "invocation"), receipt, tuple(notes))
+            )
+        return found
+
+    async def open_claims(self) -> list[Claim]:
+        return [_claim(row) for row in self._read("open_claims", {})]
+
+    async def artifact(self, ref: str) -> bytes:
+        rows = self._read("artifact", {"ref": ref})
+        if not rows:
+            raise NotFound(f"no artifact {ref}")
+        data = bytes(rows[0][0])
+        if artifact_ref(data) != ref:
+            raise IntegrityError(
+                f"artifact {ref} does not match its content", code="record_corrupt"
+            )
+        return data
+
+    async def ledger(self) -> list[LedgerEntry]:
+        entries = []
+        for row in self._read("ledger_all", {}):
+            try:
+                body = json.loads(row["body"])
+            except (TypeError, ValueError):
+                body = {"unreadable": str(row["body"])}
+            entries.append(
+                LedgerEntry(
+                    seq=row["seq"],
+                    kind=row["kind"],
+                    at=row["at"],
+                    body=body,
+                    prev_hash=row["prev_hash"],
+                    entry_hash=row["entry_hash"],
+                )
+            )
+        return entries
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        return [
+            Checkpoint.from_json(_body(r[0], "checkpoint")) for r in self._read("checkpoints", {})
+        ]
