@@ -133,3 +133,16 @@ def rehash() -> Any:
         digest = staticmethod(independent_digest)
 
     return _Rehash()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run ``async def`` tests on a fresh event loop (``asyncio.run``)."""
+    import asyncio
+    import inspect
+
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    names = pyfuncitem._fixtureinfo.argnames
+    asyncio.run(pyfuncitem.obj(**{n: pyfuncitem.funcargs[n] for n in names}))
+    return True

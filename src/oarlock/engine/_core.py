@@ -45,6 +45,7 @@ __all__ = [
     "cancel",
     "expire_approvals",
     "fail",
+    "lapsed",
     "halt",
     "new_run",
     "next_action",
@@ -250,18 +251,19 @@ def on_tools_planned(
     return events + _settle(doc, now)
 
 
+def lapsed(pending: PendingApproval, now: str) -> str | None:
+    """The deadline of an undecided approval that has passed by ``now``, else None."""
+    deadline = (pending.model_extra or {}).get("expiresAt")
+    if pending.decision is not None or not isinstance(deadline, str) or not is_rfc3339(deadline):
+        return None
+    return None if is_before(now, deadline) else deadline
+
+
 def expire_approvals(doc: RunDocument, now: str) -> list[Event]:
     """Deny, as decided by policy, every undecided approval whose deadline has passed."""
     if doc.status != "waiting_approval":
         return []
-    expired = [
-        (a.tool_call_id, deadline)
-        for a in doc.pending_approvals
-        if a.decision is None
-        and isinstance(deadline := (a.model_extra or {}).get("expiresAt"), str)
-        and is_rfc3339(deadline)
-        and not is_before(now, deadline)
-    ]
+    expired = [(a.tool_call_id, d) for a in doc.pending_approvals if (d := lapsed(a, now))]
     events: list[Event] = []
     for call_id, deadline in expired:
         reason = f"expired: no decision by {deadline}"

@@ -151,7 +151,15 @@ class Runner:
         most once, optionally expiring ``expires_in`` seconds from now) before the run
         records it. A racing writer makes this re-read and re-apply, so a second decision
         on the same call is refused as already decided; nothing is lost."""
+        stored = (await self.store.load(run_id)).document
+        pending = next((a for a in stored.pending_approvals if a.tool_call_id == call_id), None)
+        deadline = None if pending is None else core.lapsed(pending, self.clock())
         await self.expire_approvals(run_id)
+        if deadline is not None:
+            raise DecisionRefused(
+                f"call {call_id} was not decided by its deadline ({deadline}); policy denied it",
+                code="approval_expired",
+            )
         if decision == "approved":
             await self._keep_approval(run_id, call_id, edited_arguments, principal, expires_in)
 

@@ -18,7 +18,13 @@ from typing import Any
 from oarlock.formats._report import Kind, Problem, pointer
 from oarlock.formats._time import is_rfc3339
 
-__all__ = ["SCHEMA_FILES", "load_schema", "schema_problems"]
+__all__ = [
+    "SCHEMA_FILES",
+    "is_datetime_format",
+    "is_uuid_format",
+    "load_schema",
+    "schema_problems",
+]
 
 SCHEMA_FILES = (
     "run.schema.json",
@@ -44,6 +50,16 @@ def _is_uuid(value: object) -> bool:
 
 def _is_datetime(value: object) -> bool:
     return not isinstance(value, str) or is_rfc3339(value)
+
+
+def is_uuid_format(value: str) -> bool:
+    """The ``uuid`` format as oarlock checks it (hyphenated, any case)."""
+    return _UUID.fullmatch(value) is not None
+
+
+def is_datetime_format(value: str) -> bool:
+    """The ``date-time`` format as oarlock checks it (RFC 3339, strictly)."""
+    return is_rfc3339(value)
 
 
 @cache

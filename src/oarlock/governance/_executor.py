@@ -39,7 +39,7 @@ from oarlock.formats._jcs import canonicalize, digest
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
 from oarlock.formats._time import is_before, now_rfc3339, shift_rfc3339
-from oarlock.formats._validate import ensure_valid
+from oarlock.formats._fastvalid import ensure_valid_fast
 from oarlock.governance._owner import owner_alive, process_owner
 from oarlock.governance._policy import (
     DEFAULT_POLICY,
@@ -191,7 +191,7 @@ class GovernedExecutor:
             c.invocation["approvalId"] = grant.approval_id
         elif approval_id is not None:
             c.invocation["approvalId"] = approval_id
-        ensure_valid(c.invocation, "invocation")
+        ensure_valid_fast(c.invocation, "invocation")
         try:
             held = await self.store.begin(
                 c.invocation, self._claim(c), approval_id=approval_id, grant=grant, at=c.now
@@ -462,7 +462,7 @@ class GovernedExecutor:
         if error is not None:
             receipt["error"] = {"code": error[0], "message": sanitize(error[1], max_chars=4000)}
         receipt["receiptHash"] = digest(receipt)
-        ensure_valid(receipt, "receipt")
+        ensure_valid_fast(receipt, "receipt")
         return receipt
 
     async def _deny(self, c: _Call, refusal: _Refused) -> ToolResultPart:
@@ -471,7 +471,7 @@ class GovernedExecutor:
             # tool-invocation-v1 (rule I2) wants an approval id on every such record; a
             # refused call carries the nil UUID: no approval was used
             invocation["approvalId"] = NO_APPROVAL
-        ensure_valid(invocation, "invocation")
+        ensure_valid_fast(invocation, "invocation")
         receipt = self._receipt(
             invocation, "Denied", started=c.now, error=(refusal.code, refusal.message)
         )

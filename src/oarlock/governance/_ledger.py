@@ -28,8 +28,9 @@ The entry hash is the oarlock digest of the JSON object with exactly the five me
 ``seq`` (a JSON integer), ``kind``, ``at``, ``body`` and ``prevHash``: the object is
 serialized in the RFC 8785 JSON Canonicalization Scheme (JCS: members sorted by key, no
 insignificant whitespace, numbers in their shortest ECMAScript form, UTF-8), and the hash
-is ``sha256:`` followed by the lowercase hexadecimal SHA-256 of those bytes. For example,
-the first entry's hash is the SHA-256 of the bytes::
+is ``sha256:`` followed by the lowercase hexadecimal SHA-256 of those bytes. ``at`` is
+hashed as the exact string stored, not as the instant it names. For example, the first
+entry's hash is the SHA-256 of the bytes::
 
     {"at":"2026-11-02T09:15:31.000000Z","body":{...},"kind":"receipt",
      "prevHash":"sha256:0000...0000","seq":1}
@@ -61,13 +62,18 @@ in this order, that its fields have the right types (``malformed``), that its ``
 the next number (``seq_gap``), that its ``entryHash`` is the digest of its content
 (``hash_mismatch``), that its ``prevHash`` is the previous entry's hash (``chain_broken``)
 and that its kind is known (``unknown_kind``). The first such problem ends the walk: the
-entries after it cannot be trusted. It then compares the ledger with each checkpoint: a
-checkpoint whose entry has another hash (``checkpoint_mismatch``) means history was
-rewritten; a checkpoint naming an entry after the last one (``truncated``) means entries
-were removed from the end. When trusted public keys are given, every checkpoint's signature
-is checked first (``unknown_key``, ``bad_signature``), and a checkpoint that fails is not
-used for the comparison. A problem's ``seq`` is the position at which the ledger went wrong:
-the seq the entry there should have (for a missing entry, the missing seq).
+entries after it cannot be trusted. Along the way it compares the ledger with each
+checkpoint: a checkpoint whose entry has another hash (``checkpoint_mismatch``) means the
+history up to that entry was rewritten; when the walk reaches the end, a checkpoint naming
+an entry after the last one (``truncated``) means entries were removed from the end. When
+trusted public keys are given, every checkpoint's signature is checked first
+(``unknown_key``, ``bad_signature``), and a checkpoint that fails is not used for the
+comparison. Without a checkpoint, a removed tail and a rewrite that recomputed every later
+hash cannot be told from an honest ledger.
+
+Problems are listed earliest first. A problem's ``seq`` is the position at which the
+ledger went wrong: the seq the entry there should have (for a missing entry, the missing
+seq), or the seq a checkpoint names.
 
 The ``at`` times are not checked for order: clocks can step back, and the order that
 counts is ``seq``.
@@ -405,8 +411,10 @@ def load_public_key(path_or_pem: str | os.PathLike[str]) -> Ed25519PublicKey:
 class LedgerProblem:
     """One thing wrong with a ledger.
 
-    ``seq`` is the position where the ledger went wrong (the seq the entry there should
-    have), or None for a problem that is not at one entry, such as a truncated tail.
+    ``seq`` is the position where the ledger went wrong: for an entry problem, the seq the
+    entry there should have (for a missing entry, the missing seq); for a checkpoint
+    problem, the checkpoint's seq; None for a problem that is not at one entry, such as a
+    truncated tail or a checkpoint that is not one.
     ``code`` is one of ``malformed``, ``seq_gap``, ``hash_mismatch``, ``chain_broken``,
     ``unknown_kind``, ``checkpoint_mismatch``, ``truncated``, ``unknown_key``,
     ``bad_signature``.

@@ -37,11 +37,13 @@ call does not carry never matches. Argument conditions:
             non-number argument never matches (``"50"`` is not 50)
 ``matches`` a regular expression searched in a string argument (Python ``re.search``)
 
-A missing argument makes its condition false. A file is checked completely when it is
-loaded: unknown keys, wrong types, bad regular expressions, duplicate rule ids, unknown
-effects or classes raise :class:`~oarlock.errors.ConfigError` (code ``policy_invalid``)
-naming the rule and the key. YAML 1.1 reads bare ``yes``/``no``/``on``/``off`` as
-booleans: quote them.
+Each part of a dotted path looks up a key of an object; a part made of digits also
+indexes a list. A missing argument makes its condition false.
+
+A file is checked completely when it is loaded: unknown keys, wrong types, bad regular
+expressions, duplicate rule ids or YAML keys, unknown effects or classes raise
+:class:`~oarlock.errors.ConfigError` (code ``policy_invalid``) naming the rule and the
+key. YAML 1.1 reads bare ``yes``/``no``/``on``/``off`` as booleans: quote them.
 
 When no rule matches, :func:`default_verdict` decides: ``read`` and ``sandbox`` calls are
 allowed unless the tool itself asks for a human; ``shared-write`` and above need an

@@ -1,0 +1,176 @@
+"""The runner and the governed executor together: approvals bound to the exact call,
+deadlines, forged decisions, and receipts for every call of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from oarlock.engine import Agent, Runner
+from oarlock.engine import _core as core
+from oarlock.errors import DecisionRefused
+from oarlock.formats._jcs import digest
+from oarlock.governance import RulePolicy, unfence
+from oarlock.governance._records import run_uuid
+from oarlock.models import ScriptedModel
+from oarlock.testing import MemoryStore, ValidatingStore
+from oarlock.tools import tool
+
+CHARGES: list[tuple[str, int]] = []
+
+
+@tool(side_effect="spend")
+def charge(order_id: str, amount: int) -> str:
+    """Charge an order."""
+    CHARGES.append((order_id, amount))
+    return f"charged {amount}"
+
+
+@tool(side_effect="read")
+def lookup(order_id: str) -> str:
+    """Look an order up."""
+    return f"order {order_id}"
+
+
+def script(amount: int = 40) -> list[dict[str, Any]]:
+    return [
+        {
+            "tool_calls": [
+                {"id": "c_look", "name": "lookup", "arguments": {"order_id": "o1"}},
+                {"id": "c_pay", "name": "charge", "arguments": {"order_id": "o1", "amount": amount}},
+            ]
+        },
+        {"text": "done"},
+    ]
+
+
+def runner(policy: RulePolicy | None = None, **agent: Any) -> tuple[Runner, MemoryStore]:
+    store = MemoryStore()
+    model = ScriptedModel(script())
+    a = Agent("desk", model, tools=[charge, lookup], policy=policy, tenant="acme", **agent)
+    return Runner(a, ValidatingStore(store)), store
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    CHARGES.clear()
+
+
+async def test_an_approved_call_runs_once_and_every_call_has_a_receipt() -> None:
+    r, store = runner()
+    doc = await r.start("refund")
+    assert doc.status == "waiting_approval"
+    doc = await r.decide(doc.id, "c_pay", "approved", principal="ana")
+    doc = await r.resume(doc.id)
+    assert doc.status == "completed" and CHARGES == [("o1", 40)]
+    items = await store.governance().receipts(run_id=run_uuid(doc.id))
+    assert sorted((i.invocation["toolId"], i.status) for i in items) == [
+        ("charge", "Succeeded"),
+        ("lookup", "Succeeded"),
+    ]
+    approval, used_by = await store.governance().approval_for(doc.id, "c_pay")
+    assert approval.principal == "ana" and approval.decided_by == "human"
+    assert approval.arguments_hash == digest({"order_id": "o1", "amount": 40})
+    pay = next(i for i in items if i.invocation["toolId"] == "charge")
+    assert pay.invocation["approvalId"] == approval.approval_id == approval.approval_id
+    assert used_by == pay.invocation_id
+
+
+async def test_an_edit_is_what_the_approval_covers() -> None:
+    r, store = runner()
+    doc = await r.start("refund")
+    await r.decide(doc.id, "c_pay", "approved", edited_arguments={"order_id": "o1", "amount": 5})
+    doc = await r.resume(doc.id)
+    assert CHARGES == [("o1", 5)]
+    approval, _ = await store.governance().approval_for(doc.id, "c_pay")
+    assert approval.arguments_hash == digest({"order_id": "o1", "amount": 5})
+
+
+async def test_a_decision_written_into_the_document_without_an_approval_is_refused() -> None:
+    r, store = runner()
+    doc = await r.start("refund")
+    stored = await store.load(doc.id)
+    forged = stored.document
+    events = core.apply_decision(forged, "c_pay", "approved", by="human", now=forged.updated_at)
+    await store.save(forged, stored.version, events)
+    doc = await r.resume(doc.id)
+    assert doc.status == "completed" and CHARGES == []
+    results = {p.tool_call_id: p for p in doc.messages[2].content}  # type: ignore[union-attr]
+    assert results["c_pay"].is_error and "approval_required" in results["c_pay"].content
+    denied = await store.governance().receipts(status="Denied")
+    assert [i.receipt["error"]["code"] for i in denied] == ["approval_required"]
+
+
+async def test_a_second_approval_racing_the_first_is_refused_before_it_is_recorded() -> None:
+    r, store = runner()
+    doc = await r.start("refund")
+    await r.decide(doc.id, "c_pay", "approved", principal="ana")
+    with pytest.raises(DecisionRefused) as err:
+        await r.decide(doc.id, "c_pay", "approved", principal="bob")
+    assert err.value.code == "already_decided"
+    approval, _ = await store.governance().approval_for(doc.id, "c_pay")
+    assert approval.principal == "ana"
+
+
+async def test_a_pending_approval_past_its_deadline_is_denied_by_policy() -> None:
+    policy = RulePolicy.from_dict({"policy": "p", "approval_ttl": 60})
+    times = iter(["2026-01-01T00:00:00.000000Z"] * 50 + ["2026-01-01T00:05:00.000000Z"] * 50)
+    store = MemoryStore()
+    agent = Agent("desk", ScriptedModel(script()), tools=[charge, lookup], policy=policy)
+    r = Runner(agent, store, clock=lambda: next(times))
+    doc = await r.start("refund")
+    pending = doc.pending_approvals[0]
+    assert (pending.model_extra or {})["expiresAt"] == "2026-01-01T00:01:00.000000Z"
+    while not r.clock().startswith("2026-01-01T00:05"):  # move the clock past the deadline
+        pass
+    with pytest.raises(DecisionRefused) as err:
+        await r.decide(doc.id, "c_pay", "approved")
+    assert err.value.code == "approval_expired"
+    events = await store.events(doc.id)
+    decided = [e.data for e in events if e.kind == "approval_decided"]
+    assert [(d["toolCallId"], d["decision"], d["decidedBy"], d["reason"]) for d in decided] == [
+        ("c_pay", "denied", "policy", "expired: no decision by 2026-01-01T00:01:00.000000Z")
+    ]
+    with pytest.raises(Exception, match="no approval"):
+        await store.governance().approval_for(doc.id, "c_pay")
+    doc = await r.resume(doc.id)
+    assert CHARGES == []
+    results = {p.tool_call_id: p for p in doc.messages[2].content}  # type: ignore[union-attr]
+    assert results["c_pay"].is_error and "expired" in results["c_pay"].content
+
+
+async def test_a_standing_approval_from_policy_needs_no_human() -> None:
+    policy = RulePolicy.from_dict(
+        {
+            "policy": "p",
+            "rules": [
+                {
+                    "id": "small",
+                    "effect": "allow",
+                    "reason": "small charges",
+                    "match": {"tool": "charge", "arguments": {"amount": {"lte": 50}}},
+                }
+            ],
+        }
+    )
+    r, store = runner(policy)
+    doc = await r.start("refund")
+    assert doc.status == "completed" and CHARGES == [("o1", 40)]
+    approval, _ = await store.governance().approval_for(doc.id, "c_pay")
+    assert approval.decided_by == "policy" and approval.principal == "small"
+    results = {p.tool_call_id: p for p in doc.messages[2].content}  # type: ignore[union-attr]
+    assert unfence(results["c_pay"].content) == "charged 40"
+
+
+async def test_the_scope_of_the_agent_is_the_scope_of_every_invocation() -> None:
+    r, store = runner(project="billing", environment="prod", principal="svc", labels={"t": "cx"})
+    await r.start("refund")
+    (item,) = await store.governance().receipts()
+    assert item.invocation["scope"] == {
+        "tenantId": "acme",
+        "projectId": "billing",
+        "environment": "prod",
+        "principalId": "svc",
+        "labels": {"t": "cx"},
+    }
