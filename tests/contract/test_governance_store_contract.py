@@ -179,7 +179,9 @@ async def test_reconcile_appends_only_to_uncertain_receipts(store) -> None:
         await store.finish(receipt_for(inv, status), result=None, at=NOW)
 
     def note(inv: dict[str, Any]) -> Reconciliation:
-        return Reconciliation(str(uuid.uuid4()), inv["invocationId"], "succeeded", "bank", "ana", NOW)
+        return Reconciliation(
+            str(uuid.uuid4()), inv["invocationId"], "succeeded", "bank", "ana", NOW
+        )
 
     with pytest.raises(ConflictError) as err:
         await store.reconcile(note(ok))
@@ -196,8 +198,13 @@ async def test_receipts_are_listed_newest_first_and_filtered(store) -> None:
     invs = [invocation(f"k{i}") for i in range(3)]
     for inv, status in zip(invs, ("Succeeded", "Failed", "Succeeded"), strict=True):
         await store.begin(inv, claim_for(inv), approval_id=None, grant=None, at=NOW)
-        await store.finish(receipt_for(inv, status) | {"error": {"code": "x"}} if status == "Failed"
-                           else receipt_for(inv, status), result=None, at=NOW)
+        await store.finish(
+            receipt_for(inv, status) | {"error": {"code": "x"}}
+            if status == "Failed"
+            else receipt_for(inv, status),
+            result=None,
+            at=NOW,
+        )
     listed = await store.receipts()
     assert [i.invocation_id for i in listed] == [inv["invocationId"] for inv in reversed(invs)]
     assert [i.status for i in await store.receipts(status="Failed")] == ["Failed"]
@@ -232,5 +239,3 @@ async def test_sqlite_refuses_an_artifact_whose_bytes_were_changed(tmp_path: Pat
     with pytest.raises(IntegrityError):
         await gov.artifact(artifact_ref(b"refund 10"))
     await runs.close()
-
-

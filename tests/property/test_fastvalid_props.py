@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.conftest import ALL_EXAMPLES, load_example
 
 from oarlock.formats._fastvalid import conforms, ensure_valid_fast
 from oarlock.formats._schemas import schema_problems
-from tests.conftest import ALL_EXAMPLES, load_example
 
 json_values = st.recursive(
     st.none()
@@ -31,7 +31,9 @@ json_values = st.recursive(
             "allow",
         ]
     ),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -74,8 +76,10 @@ def test_the_examples_conform(name: str) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fast_acceptance_implies_jsonschema_acceptance(name: str, data: st.DataObject) -> None:
-    kind = "run" if name.startswith("runs/") else (
-        "invocation" if name.startswith("invocations/") else "receipt"
+    kind = (
+        "run"
+        if name.startswith("runs/")
+        else ("invocation" if name.startswith("invocations/") else "receipt")
     )
     doc = load_example(name)
     path = data.draw(st.sampled_from(paths(doc)))

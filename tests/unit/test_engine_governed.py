@@ -38,7 +38,11 @@ def script(amount: int = 40) -> list[dict[str, Any]]:
         {
             "tool_calls": [
                 {"id": "c_look", "name": "lookup", "arguments": {"order_id": "o1"}},
-                {"id": "c_pay", "name": "charge", "arguments": {"order_id": "o1", "amount": amount}},
+                {
+                    "id": "c_pay",
+                    "name": "charge",
+                    "arguments": {"order_id": "o1", "amount": amount},
+                },
             ]
         },
         {"text": "done"},

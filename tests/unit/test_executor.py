@@ -149,7 +149,9 @@ async def test_a_policy_allow_is_a_standing_approval_decided_by_the_rule(env) ->
     approval, used_by = await store.approval_for("run-1", "c1")
     assert approval.decided_by == "policy" and approval.principal == "small-charges"
     assert approval.arguments_hash == invocation["argumentsHash"]
-    assert invocation["approvalId"] == approval.approval_id and used_by == invocation["invocationId"]
+    assert (
+        invocation["approvalId"] == approval.approval_id and used_by == invocation["invocationId"]
+    )
     effect = receipt["effect"]
     assert effect["kind"] == "charge" and effect["externalReference"] == "ch_o1"
     assert effect["reversible"] is False
@@ -295,9 +297,12 @@ async def test_a_second_approval_of_one_call_is_refused(env) -> None:
 
 async def test_a_timed_out_read_is_timedout_and_a_timed_out_spend_is_uncertain(env) -> None:
     store, log, tools = env
-    ex = GovernedExecutor(store, policy=RulePolicy.from_dict(
-        {"policy": "p", "rules": [{"id": "all", "effect": "allow", "reason": "t"}]}
-    ))
+    ex = GovernedExecutor(
+        store,
+        policy=RulePolicy.from_dict(
+            {"policy": "p", "rules": [{"id": "all", "effect": "allow", "reason": "t"}]}
+        ),
+    )
     read = await ex.execute(tools["slow_read"], call("slow_read", {}, "r"), {}, CTX)
     spend = await ex.execute(tools["slow_spend"], call("slow_spend", {}, "s"), {}, CTX)
     assert read.is_error and "timed out" in read.content
@@ -311,10 +316,13 @@ async def test_a_timed_out_read_is_timedout_and_a_timed_out_spend_is_uncertain(e
 
 
 async def test_a_cancelled_side_effecting_call_is_uncertain(env) -> None:
-    store, log, tools = env
-    ex = GovernedExecutor(store, policy=RulePolicy.from_dict(
-        {"policy": "p", "rules": [{"id": "all", "effect": "allow", "reason": "t"}]}
-    ))
+    store, _, tools = env
+    ex = GovernedExecutor(
+        store,
+        policy=RulePolicy.from_dict(
+            {"policy": "p", "rules": [{"id": "all", "effect": "allow", "reason": "t"}]}
+        ),
+    )
     import dataclasses
 
     slow = dataclasses.replace(tools["slow_spend"], timeout_seconds=None)
@@ -337,7 +345,7 @@ async def test_a_raising_tool_is_failed_with_its_message(env) -> None:
 
 
 async def test_a_failed_receipt_write_makes_a_side_effecting_call_uncertain(env) -> None:
-    store, log, tools = env
+    _, log, tools = env
 
     class FailingFinish(MemoryGovernanceStore):
         fail = 1
@@ -413,8 +421,10 @@ async def test_an_in_progress_duplicate_waits_then_is_refused(env) -> None:
     from oarlock.governance._executor import _Call
 
     c = _Call(tools["lookup"], call("lookup", args), CTX, args, first, "2026-01-01T00:00:00Z")
-    assert await store.begin(first, invocation_ex._claim(c), approval_id=None, grant=None,
-                             at=c.now) is None
+    assert (
+        await store.begin(first, invocation_ex._claim(c), approval_id=None, grant=None, at=c.now)
+        is None
+    )
     result = await ex.execute(tools["lookup"], call("lookup", args), args, CTX)
     assert result.is_error and "idempotency_in_progress" in result.content
     assert log == []

@@ -212,10 +212,21 @@ def _add_governance_commands(sub: Any) -> None:
         metavar="PEM",
         help="a trusted checkpoint key (repeatable); without one, signatures are not checked",
     )
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        metavar="FILE",
+        help="also check a checkpoint kept outside the database (repeatable)",
+    )
     p.add_argument("--json", action="store_true")
     _gov_action(p, "verify")
     p = asub.add_parser("checkpoint", help="sign the ledger's head with an Ed25519 key")
     p.add_argument("--key", required=True, metavar="PEM", help="the private key file")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="also write the checkpoint here (keep it where the database's writers cannot)",
+    )
     _gov_action(p, "checkpoint")
     p = asub.add_parser("keygen", help="make an Ed25519 key for checkpoints")
     p.add_argument("path", metavar="PATH", help="where to write the private key (mode 0600)")

@@ -19,6 +19,7 @@ from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from oarlock.errors import OarlockError
 from oarlock.formats._time import now_rfc3339
 from oarlock.governance._ledger import (
+    Checkpoint,
     generate_key,
     load_private_key,
     load_public_key,
@@ -144,7 +145,8 @@ async def _reconcile(args: argparse.Namespace, store: SQLiteStore) -> int:
 async def _verify(args: argparse.Namespace, store: SQLiteStore) -> int:
     gov = store.governance()
     keys = [load_public_key(k) for k in args.public_key or []]
-    report = verify_chain(await gov.ledger(), await gov.checkpoints(), keys)
+    checkpoints = await gov.checkpoints() + [_read_checkpoint(f) for f in args.checkpoint or []]
+    report = verify_chain(await gov.ledger(), checkpoints, keys)
     if args.json:
         print(
             json.dumps(
@@ -179,6 +181,18 @@ async def _verify(args: argparse.Namespace, store: SQLiteStore) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
+def _read_checkpoint(path: str) -> Checkpoint:
+    try:
+        data = json.loads(Path(path).read_text("utf-8"))
+    except OSError as exc:
+        raise OarlockError(f"cannot read checkpoint {path}: {exc.strerror}", code="usage") from None
+    except ValueError as exc:
+        raise OarlockError(f"checkpoint {path} is not JSON: {exc}", code="usage") from None
+    if not isinstance(data, dict):
+        raise OarlockError(f"checkpoint {path} is not a JSON object", code="usage")
+    return Checkpoint.from_json(data)
+
+
 async def _checkpoint(args: argparse.Namespace, store: SQLiteStore) -> int:
     gov = store.governance()
     entries = await gov.ledger()
@@ -186,7 +200,10 @@ async def _checkpoint(args: argparse.Namespace, store: SQLiteStore) -> int:
         raise OarlockError("the ledger is empty: nothing to sign", code="usage")
     checkpoint = sign_checkpoint(entries[-1], load_private_key(args.key), now_rfc3339())
     await gov.add_checkpoint(checkpoint)
-    print(json.dumps(checkpoint.to_json(), indent=2))
+    text = json.dumps(checkpoint.to_json(), indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n", "utf-8")
+    print(text)
     return EXIT_OK
 
 

@@ -35,11 +35,11 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from oarlock.errors import CanonicalizationError, ConflictError, NotFound, OarlockError
+from oarlock.formats._fastvalid import ensure_valid_fast
 from oarlock.formats._jcs import canonicalize, digest
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
 from oarlock.formats._time import is_before, now_rfc3339, shift_rfc3339
-from oarlock.formats._fastvalid import ensure_valid_fast
 from oarlock.governance._owner import owner_alive, process_owner
 from oarlock.governance._policy import (
     DEFAULT_POLICY,

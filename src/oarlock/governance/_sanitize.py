@@ -70,30 +70,65 @@ MIN_MAX_CHARS = 64
 
 # ------------------------------------------------------------------ character classes
 
-# Invisible characters (Default_Ignorable_Code_Point minus variation selectors), bidirectional
-# controls, interlinear annotations, and the C0/C1 controls that play no part in escape syntax.
-# Kept for the escape pass: BEL and ESC (terminators and introducers), CR (turned into LF later),
-# tab and LF, and the C1 introducers and ST (U+0090, U+0098, U+009B-U+009F).
-_INVISIBLE_CLASS = (
-    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e"
-    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff0-\ufffb"
-    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e00ff\U000e01f0-\U000e0fff"
+# Default_Ignorable_Code_Point minus the variation selectors, plus the interlinear annotations.
+_INVISIBLE_RANGES: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD),  # soft hyphen
+    (0x034F, 0x034F),  # combining grapheme joiner
+    (0x061C, 0x061C),  # arabic letter mark (bidi)
+    (0x115F, 0x1160),  # hangul choseong and jungseong fillers
+    (0x17B4, 0x17B5),  # khmer inherent vowels
+    (0x180E, 0x180E),  # mongolian vowel separator
+    (0x200B, 0x200F),  # zero-width space, non-joiner, joiner; left-to-right and right-to-left marks
+    (0x202A, 0x202E),  # bidi embeddings, pop, overrides
+    (0x2060, 0x206F),  # word joiner, invisible operators, bidi isolates, deprecated format controls
+    (0x3164, 0x3164),  # hangul filler
+    (0xFEFF, 0xFEFF),  # zero-width no-break space (byte order mark)
+    (0xFFA0, 0xFFA0),  # halfwidth hangul filler
+    (0xFFF0, 0xFFFB),  # unassigned, then the interlinear annotation anchor, separator, terminator
+    (0x1BCA0, 0x1BCA3),  # shorthand format controls
+    (0x1D173, 0x1D17A),  # musical symbol format controls
+    (0xE0000, 0xE00FF),  # tag characters (and the unassigned rest of their block)
+    (0xE01F0, 0xE0FFF),  # unassigned, after the variation selectors supplement
 )
+
+
+def _char_class(ranges: tuple[tuple[int, int], ...]) -> str:
+    return "".join(
+        re.escape(chr(lo)) if lo == hi else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}"
+        for lo, hi in ranges
+    )
+
+
+_INVISIBLE_CLASS = _char_class(_INVISIBLE_RANGES)
+# C0 and C1 controls that play no part in escape syntax. Left for the escape pass: tab, LF, CR
+# (turned into LF at the end), BEL and ESC, the C1 introducers U+0090, U+0098, U+009B, U+009D,
+# U+009E, U+009F and the string terminator U+009C.
 _INERT_CONTROL_CLASS = "\x00-\x06\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x8f\x91-\x97\x99\x9a"
-_CONTROL_CLASS = "\x00-\x08\x0b-\x1f\x7f-\x9f"  # every control but tab and LF
 _LEFTOVER_CONTROL_CLASS = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"  # every control but tab, LF, CR
+_CONTROL_CLASS = "\x00-\x08\x0b-\x1f\x7f-\x9f"  # every control but tab and LF
 
 _BEFORE_ESCAPES = re.compile(f"[{_INVISIBLE_CLASS}{_INERT_CONTROL_CLASS}]+")
+_BEFORE_ESCAPES_ASCII = re.compile("[\x00-\x06\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]+")
 _LEFTOVER_CONTROLS = re.compile(f"[{_LEFTOVER_CONTROL_CLASS}]+")
 # Anything sanitize would change: if none of these occur, the text is already clean.
 _SUSPECT = re.compile(f"[{_CONTROL_CLASS}{_INVISIBLE_CLASS}\ud800-\udfff]")
+# Controls, surrogates and most invisible characters are not printable (str.isprintable); these
+# few are, so they are looked for one by one.
+_PRINTABLE_INVISIBLES = tuple(
+    chr(cp) for lo, hi in _INVISIBLE_RANGES for cp in range(lo, hi + 1) if chr(cp).isprintable()
+)
 
 _ESCAPES = re.compile(
     r"""
-      (?:\x1b\[|\x9b) [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]?  # CSI: params, intermediates, final
-    | (?:\x1b\]|\x9d) [^\x07\x1b\x9c\n\r]* (?:\x07|\x1b\\|\x9c)?  # OSC, ended by BEL or ST
-    | (?:\x1b[PX^_]|[\x90\x98\x9e\x9f]) [^\x1b\x9c\n\r]* (?:\x1b\\|\x9c)?  # DCS SOS PM APC
-    | \x1b [\x20-\x2f]* [\x30-\x7e]?  # other: intermediates and a final, or a lone ESC
+      \x1b (?:
+          \[ [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]?  # CSI: parameters, intermediates, final
+        | \] [^\x07\x1b\x9c\n\r]* (?:\x07|\x1b\\|\x9c)?  # OSC, ended by BEL or ST
+        | [PX^_] [^\x1b\x9c\n\r]* (?:\x1b\\|\x9c)?  # DCS, SOS, PM, APC, ended by ST
+        | [\x20-\x2f]* [\x30-\x7e]?  # other: intermediates and a final, or a lone ESC
+      )
+    | \x9b [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]?  # 8-bit CSI
+    | \x9d [^\x07\x1b\x9c\n\r]* (?:\x07|\x1b\\|\x9c)?  # 8-bit OSC
+    | [\x90\x98\x9e\x9f] [^\x1b\x9c\n\r]* (?:\x1b\\|\x9c)?  # 8-bit DCS, SOS, PM, APC
     | \x9c  # a stray string terminator
     """,
     re.VERBOSE,
@@ -111,8 +146,11 @@ _MARKER = "\n[oarlock: output truncated, {removed} characters removed]"
 def _is_clean(text: str) -> bool:
     """Whether ``sanitize`` would leave ``text`` as it is (length aside)."""
     if text.isascii():
-        # Deleting every clean byte leaves nothing: a single C-level pass, far quicker than `re`.
+        # Deleting every clean byte leaves nothing: one C-level pass, far quicker than `re`.
         return not text.encode("ascii").translate(None, _PLAIN_ASCII_BYTES)
+    if text.replace("\n", "").replace("\t", "").isprintable():
+        return not any(ch in text for ch in _PRINTABLE_INVISIBLES)
+    # Not printable, yet possibly clean: a no-break space, a private-use character ...
     return _SUSPECT.search(text) is None
 
 
@@ -126,8 +164,11 @@ def _fix_surrogates(text: str) -> str:
 
 
 def _clean(text: str) -> str:
-    text = _fix_surrogates(text)  # nothing later can create a surrogate
-    text = _BEFORE_ESCAPES.sub("", text)  # may join the halves of an escape sequence ...
+    if text.isascii():  # dirty ASCII, such as coloured terminal output: a smaller class is quicker
+        text = _BEFORE_ESCAPES_ASCII.sub("", text)
+    else:
+        text = _fix_surrogates(text)  # nothing later can create a surrogate
+        text = _BEFORE_ESCAPES.sub("", text)  # may join the halves of an escape sequence ...
     text = _ESCAPES.sub("", text)  # ... which is then removed; every ESC and C1 introducer goes
     text = _LEFTOVER_CONTROLS.sub("", text)  # BEL and C1 controls the escape pass left over
     # Last, once nothing can come between a CR and the LF after it any more.
