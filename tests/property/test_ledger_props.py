@@ -230,3 +230,27 @@ def test_checkpoints_survive_json_and_bind_to_their_key(
         moved = dataclasses.replace(again, seq=other.seq, entry_hash=other.entry_hash)
         bad = verify_chain(entries, [moved], [KEY.public_key()])
         assert [(p.code, p.seq) for p in bad.problems] == [("bad_signature", other.seq)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seq=st.integers(1, 2**53 - 1),
+    kind=st.sampled_from(sorted(LEDGER_ENTRY_KINDS)) | st.text(max_size=6),
+    at=st.text(max_size=30),
+    prev=st.text(max_size=70),
+    body=st.dictionaries(
+        st.text(max_size=5),
+        st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=8),
+        max_size=5,
+    ),
+)
+def test_entry_hash_from_canonical_bytes_is_the_entry_hash(seq, kind, at, prev, body) -> None:
+    from oarlock.formats._jcs import canonicalize
+    from oarlock.governance._ledger import entry_hash, entry_hash_canonical
+
+    try:
+        jcs = canonicalize(body)
+        expected = entry_hash(seq, kind, at, body, prev)
+    except Exception:
+        return  # no JCS form (lone surrogates): nothing to compare
+    assert entry_hash_canonical(seq, kind, at, jcs, prev) == expected

@@ -20,6 +20,16 @@ def parse_rfc3339(text: str) -> tuple[datetime, Fraction] | None:
     The pair orders exactly, whatever the number of fractional digits. A leap second
     (``:60``) is accepted, as RFC 3339 allows, and counted as the last second of its minute.
     """
+    found = _second(text)
+    if found is None:
+        return None
+    moment, digits = found
+    frac = Fraction(int(digits), 10 ** len(digits)) if digits else Fraction(0)
+    return moment, frac
+
+
+def _second(text: str) -> tuple[datetime, str] | None:
+    """The UTC second ``text`` names and its fraction's digits, or None."""
     m = _RFC3339.fullmatch(text)
     if m is None:
         return None
@@ -39,12 +49,11 @@ def parse_rfc3339(text: str) -> tuple[datetime, Fraction] | None:
             moment = moment - offset if m.group(9) == "+" else moment + offset
         except OverflowError:  # the instant falls outside years 1-9999
             return None
-    frac = Fraction(m.group(7)[1:]) / 10 ** (len(m.group(7)) - 1) if m.group(7) else Fraction(0)
-    return moment, frac
+    return moment, (m.group(7) or ".")[1:]
 
 
 def is_rfc3339(text: object) -> bool:
-    return isinstance(text, str) and parse_rfc3339(text) is not None
+    return isinstance(text, str) and _second(text) is not None
 
 
 def now_rfc3339() -> str:

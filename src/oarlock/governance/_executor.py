@@ -453,7 +453,7 @@ class GovernedExecutor:
         if raw is not None:
             receipt["resultRef"] = artifact_ref(raw)
             receipt["sanitized"] = True
-        usage: dict[str, Any] = {"bytesIn": len(canonicalize(invocation["arguments"]))}
+        usage: dict[str, Any] = {"bytesIn": _bytes_in(invocation)}
         if duration_ms is not None:
             usage["durationMs"] = duration_ms
         if raw is not None:
@@ -509,6 +509,11 @@ class _Outcome:
     text: str | None = None
     effect: ToolEffect | None = None
     error: tuple[str, str] | None = None
+
+
+def _bytes_in(invocation: dict[str, Any]) -> int:
+    """The size of the canonical arguments (their hash was taken over the same bytes)."""
+    return len(canonicalize(invocation["arguments"]))
 
 
 def _key(c: _Call) -> str:

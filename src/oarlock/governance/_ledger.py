@@ -85,6 +85,7 @@ import base64
 import binascii
 import copy
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -100,13 +101,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from oarlock.errors import CanonicalizationError, ConfigError, IntegrityError, UsageError
-from oarlock.formats._jcs import canonicalize, digest
+from oarlock.formats._jcs import canonicalize, digest, digest_bytes
 from oarlock.formats._time import is_rfc3339
 
 __all__ = [
     "GENESIS_HASH",
     "LEDGER_ENTRY_KINDS",
     "Checkpoint",
+    "entry_hash_canonical",
     "LedgerEntry",
     "LedgerProblem",
     "VerifyReport",
@@ -154,6 +156,21 @@ def entry_hash(seq: int, kind: str, at: str, body: Mapping[str, Any], prev_hash:
     Raises :class:`~oarlock.errors.CanonicalizationError` when ``body`` has no JCS form.
     """
     return digest({"seq": seq, "kind": kind, "at": at, "body": body, "prevHash": prev_hash})
+
+
+def entry_hash_canonical(seq: int, kind: str, at: str, body_jcs: bytes, prev_hash: str) -> str:
+    """:func:`entry_hash` from the body's JCS bytes, which a store keeps anyway.
+
+    JCS writes an object's members sorted by name (``at``, ``body``, ``kind``, ``prevHash``,
+    ``seq``) with canonical values, so the entry's form is those members around the body's
+    own canonical bytes; property tests hold it byte-identical to :func:`entry_hash`."""
+    head = {"at": at, "kind": kind, "prevHash": prev_hash, "seq": seq}
+    if not (at.isascii() and kind.isascii() and prev_hash.isascii() and abs(seq) < 2**53):
+        return entry_hash(seq, kind, at, json.loads(body_jcs), prev_hash)
+    # ASCII strings and safe integers: json's compact form is their JCS form
+    text = json.dumps(head, separators=(",", ":"))
+    at_end = text.index(',"kind":')
+    return digest_bytes(text[:at_end].encode() + b',"body":' + body_jcs + text[at_end:].encode())
 
 
 def next_entry(head: LedgerEntry | None, kind: str, at: str, body: dict[str, Any]) -> LedgerEntry:

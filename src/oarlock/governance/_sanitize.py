@@ -24,8 +24,9 @@ markers that tell the model where the untrusted data begins and ends.
   (Default_Ignorable_Code_Point) except the variation selectors, which only pick a glyph style.
   That is the soft hyphen ``U+00AD``, the combining grapheme joiner ``U+034F``, the Hangul fillers,
   the Khmer inherent vowels, the Mongolian vowel separator ``U+180E``, the zero-width space, joiner
-  and non-joiner ``U+200B``-``U+200D``, word joiner and invisible operators ``U+2060``-``U+2064``,
-  the byte order mark ``U+FEFF``, ``U+FFF0``-``U+FFF8``, the shorthand and musical format controls,
+  and non-joiner ``U+200B``-``U+200D``, the word joiner and invisible operators
+  ``U+2060``-``U+2064`` and the deprecated format controls ``U+206A``-``U+206F``, the byte order
+  mark ``U+FEFF``, ``U+FFF0``-``U+FFF8``, the shorthand and musical format controls,
   and the tag characters ``U+E0000``-``U+E007F`` (which can spell out a whole hidden ASCII message:
   ``U+E0041`` is an invisible "A"). Zero-width characters also split words so that a filter looking
   for a phrase misses it. The interlinear annotation controls ``U+FFF9``-``U+FFFB`` go too, since
@@ -38,14 +39,18 @@ markers that tell the model where the untrusted data begins and ends.
   encoded as UTF-8 and would break whatever serialises the prompt.
 
 Then the length is capped: longer text keeps a prefix and ends with a visible line saying how
-many characters were removed, and the whole result is at most ``max_chars`` long.
+many characters were removed, the whole result being then exactly ``max_chars`` long.
 
-``sanitize`` is idempotent: a second pass changes nothing. Invisible characters are removed before
-escape sequences are, so that removing a ``U+200B`` from ``ESC U+200B [31m`` cannot leave a live
-``ESC [31m`` behind; every ESC and C1 introducer is consumed by the escape pass, so no later
-removal can bring one back; and the truncation marker is plain ASCII, within the bound.
+``sanitize`` is idempotent: a second pass changes nothing. The passes run in an order that makes
+this so. Surrogates go first, and nothing later creates one. Invisible characters and inert
+controls (NUL ...) go next, so that ``ESC U+200B [31m`` is removed whole, as the escape sequence it
+becomes, rather than leaving ``[31m`` behind. The escape pass consumes every ESC and C1 introducer,
+a lone one too, so no later removal can join the halves of a new sequence. Carriage returns are
+dealt with last, when nothing can come between a CR and its LF any more. The truncation marker is
+plain ASCII and the cut result is within the bound, so a second pass neither changes nor cuts it.
 
-Text that is already clean (the common case) is recognised in one quick scan and returned as is.
+Text that is already clean (the common case) is recognised by a quick C-level check and returned
+as is; plain ASCII skips the passes it has no use for.
 """
 
 from __future__ import annotations
@@ -117,6 +122,8 @@ _SUSPECT = re.compile(f"[{_CONTROL_CLASS}{_INVISIBLE_CLASS}\ud800-\udfff]")
 _PRINTABLE_INVISIBLES = tuple(
     chr(cp) for lo, hi in _INVISIBLE_RANGES for cp in range(lo, hi + 1) if chr(cp).isprintable()
 )
+# Common characters that are clean though not printable: LF, tab and the usual no-break spaces.
+_CLEAN_UNPRINTABLE = ("\n", "\t", "\xa0", "\u202f", "\u3000")
 
 _ESCAPES = re.compile(
     r"""
@@ -143,14 +150,33 @@ _MARKER = "\n[oarlock: output truncated, {removed} characters removed]"
 # ------------------------------------------------------------------ sanitize
 
 
-def _is_clean(text: str) -> bool:
-    """Whether ``sanitize`` would leave ``text`` as it is (length aside)."""
-    if text.isascii():
-        # Deleting every clean byte leaves nothing: one C-level pass, far quicker than `re`.
-        return not text.encode("ascii").translate(None, _PLAIN_ASCII_BYTES)
-    if text.replace("\n", "").replace("\t", "").isprintable():
+def _ascii_controls(text: str) -> bytes:
+    """The control bytes of an ASCII ``text``, other than tab and LF: empty when it is clean."""
+    # Deleting every clean byte is one C-level pass, far quicker than a regular expression.
+    return text.encode("ascii").translate(None, _PLAIN_ASCII_BYTES)
+
+
+def _clean_ascii(text: str, controls: bytes) -> str:
+    """``_clean_unicode`` for ASCII text, skipping the passes that have nothing to remove."""
+    if controls.translate(None, b"\x07\x1b\r"):
+        text = _BEFORE_ESCAPES_ASCII.sub("", text)
+    if b"\x1b" in controls:
+        text = _ESCAPES.sub("", text)
+    if b"\x07" in controls:  # in ASCII, BEL is all the escape pass can leave over
+        text = text.replace("\x07", "")
+    if b"\r" in controls:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+def _unicode_is_clean(text: str) -> bool:
+    """Whether ``_clean_unicode`` would leave ``text`` as it is."""
+    probe = text
+    for ch in _CLEAN_UNPRINTABLE:
+        probe = probe.replace(ch, "")
+    if probe.isprintable():
         return not any(ch in text for ch in _PRINTABLE_INVISIBLES)
-    # Not printable, yet possibly clean: a no-break space, a private-use character ...
+    # Not printable, yet possibly clean: a rarer space, a private-use character ...
     return _SUSPECT.search(text) is None
 
 
@@ -163,16 +189,21 @@ def _fix_surrogates(text: str) -> str:
     return text
 
 
-def _clean(text: str) -> str:
-    if text.isascii():  # dirty ASCII, such as coloured terminal output: a smaller class is quicker
-        text = _BEFORE_ESCAPES_ASCII.sub("", text)
-    else:
-        text = _fix_surrogates(text)  # nothing later can create a surrogate
-        text = _BEFORE_ESCAPES.sub("", text)  # may join the halves of an escape sequence ...
+def _clean_unicode(text: str) -> str:
+    text = _fix_surrogates(text)  # nothing later can create a surrogate
+    text = _BEFORE_ESCAPES.sub("", text)  # may join the halves of an escape sequence ...
     text = _ESCAPES.sub("", text)  # ... which is then removed; every ESC and C1 introducer goes
     text = _LEFTOVER_CONTROLS.sub("", text)  # BEL and C1 controls the escape pass left over
     # Last, once nothing can come between a CR and the LF after it any more.
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _clean(text: str) -> str:
+    """Everything ``sanitize`` does but the length cap."""
+    if text.isascii():
+        controls = _ascii_controls(text)
+        return _clean_ascii(text, controls) if controls else text
+    return text if _unicode_is_clean(text) else _clean_unicode(text)
 
 
 def _truncate(text: str, max_chars: int) -> str:
@@ -206,9 +237,7 @@ def sanitize(text: str, *, max_chars: int = DEFAULT_MAX_CHARS) -> str:
         raise TypeError(f"sanitize expects str, not {type(text).__name__}")
     if max_chars < MIN_MAX_CHARS:
         raise ValueError(f"max_chars must be at least {MIN_MAX_CHARS}, got {max_chars}")
-    if not _is_clean(text):
-        text = _clean(text)
-    return _truncate(text, max_chars)
+    return _truncate(_clean(text), max_chars)
 
 
 # ------------------------------------------------------------------ fence

@@ -9,13 +9,19 @@ tests; the SQLite store keeps the same records in the run database.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from oarlock.errors import ConflictError, NotFound
-from oarlock.formats._jcs import digest_bytes
-from oarlock.governance._ledger import Checkpoint, LedgerEntry, next_entry
+from oarlock.formats._jcs import canonicalize, digest_bytes
+from oarlock.governance._ledger import (
+    GENESIS_HASH,
+    Checkpoint,
+    LedgerEntry,
+    entry_hash_canonical,
+)
 from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
 
 __all__ = ["ClaimHeld", "GovernanceStore", "MemoryGovernanceStore", "artifact_ref"]
@@ -119,7 +125,7 @@ class MemoryGovernanceStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: list[LedgerEntry] = []
+        self._entries: list[tuple[int, str, str, bytes, str, str]] = []
         self._claims: dict[tuple[str, str, str], Claim] = {}
         self._invocations: dict[str, dict[str, Any]] = {}
         self._receipts: dict[str, dict[str, Any]] = {}
@@ -131,8 +137,14 @@ class MemoryGovernanceStore:
         self._checkpoints: list[Checkpoint] = []
 
     def _append(self, kind: str, at: str, body: dict[str, Any]) -> None:
-        head = self._entries[-1] if self._entries else None
-        self._entries.append(next_entry(head, kind, at, body))
+        seq, prev = (
+            len(self._entries) + 1,
+            self._entries[-1][5] if self._entries else GENESIS_HASH,
+        )
+        jcs = canonicalize(body)
+        self._entries.append(
+            (seq, kind, at, jcs, prev, entry_hash_canonical(seq, kind, at, jcs, prev))
+        )
 
     async def record_approval(self, approval: Approval) -> None:
         key = (approval.run_id, approval.tool_call_id)
@@ -281,7 +293,8 @@ class MemoryGovernanceStore:
 
     async def ledger(self) -> list[LedgerEntry]:
         with self._lock:
-            return list(self._entries)
+            entries = list(self._entries)
+        return [LedgerEntry(q, k, a, json.loads(b), p, h) for q, k, a, b, p, h in entries]
 
     async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._lock:

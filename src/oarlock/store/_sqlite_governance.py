@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import ConflictError, IntegrityError, NotFound
 from oarlock.formats._jcs import canonicalize
-from oarlock.governance._ledger import GENESIS_HASH, Checkpoint, LedgerEntry, entry_hash
+from oarlock.governance._ledger import (
+    GENESIS_HASH,
+    Checkpoint,
+    LedgerEntry,
+    entry_hash_canonical,
+)
 from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
 from oarlock.governance._store import ClaimHeld, artifact_ref
 from oarlock.store._sqlite import named_queries
@@ -81,15 +86,16 @@ class SQLiteGovernanceStore:
         """Append one entry after the current head; call inside a write transaction."""
         head = conn.execute(_q("ledger_head")).fetchone()
         seq, prev = (1, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
+        jcs = canonicalize(body)
         conn.execute(
             _q("ledger_append"),
             {
                 "seq": seq,
                 "kind": kind,
                 "at": at,
-                "body": canonicalize(body).decode("utf-8"),
+                "body": jcs.decode("utf-8"),
                 "prev_hash": prev,
-                "entry_hash": entry_hash(seq, kind, at, body, prev),
+                "entry_hash": entry_hash_canonical(seq, kind, at, jcs, prev),
             },
         )
         return seq
