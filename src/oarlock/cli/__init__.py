@@ -179,6 +179,11 @@ def _add_governance_commands(sub: Any) -> None:
         "--status", choices=["Succeeded", "Failed", "Denied", "TimedOut", "Uncertain"]
     )
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help="list claimed calls that have no receipt yet (running, or cut off by a crash)",
+    )
     p.add_argument("--json", action="store_true")
     _gov_action(p, "list")
     p = rsub.add_parser("show", help="one invocation: its receipt, effect and result")

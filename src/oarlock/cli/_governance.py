@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import uuid
@@ -28,6 +29,7 @@ from oarlock.governance._ledger import (
     sign_checkpoint,
     verify_chain,
 )
+from oarlock.governance._owner import owner_alive
 from oarlock.governance._records import Reconciliation, StoredReceipt, run_uuid
 from oarlock.governance._sanitize import sanitize
 from oarlock.store._sqlite import SQLiteStore, default_db_path
@@ -59,7 +61,23 @@ def _row(item: StoredReceipt) -> dict[str, Any]:
     }
 
 
+async def _open(args: argparse.Namespace, store: SQLiteStore) -> int:
+    claims = await store.governance().open_claims()
+    if args.json:
+        print(json.dumps([dataclasses.asdict(c) for c in claims], indent=2))
+    elif not claims:
+        print("no open claims")
+    for c in [] if args.json else claims:
+        alive = owner_alive(c.owner)
+        state = {True: "running", False: "owner gone", None: "owner on another host"}[alive]
+        since = f"since {c.claimed_at} ({state})"
+        print(f"{c.invocation_id}  {c.tool_id:<20} {c.idempotency_key}  {since}")
+    return EXIT_OK
+
+
 async def _list(args: argparse.Namespace, store: SQLiteStore) -> int:
+    if args.open:
+        return await _open(args, store)
     run = None if args.run is None else run_uuid(args.run)
     items = await store.governance().receipts(run_id=run, status=args.status, limit=args.limit)
     if args.json:
