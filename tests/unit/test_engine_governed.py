@@ -178,3 +178,39 @@ async def test_the_scope_of_the_agent_is_the_scope_of_every_invocation() -> None
         "principalId": "svc",
         "labels": {"t": "cx"},
     }
+
+
+def test_an_agent_file_names_its_policy_and_scope(tmp_path) -> None:
+    from pathlib import Path
+
+    from oarlock.engine._agentfile import load_agent
+    from oarlock.errors import ConfigError
+
+    root = Path(__file__).resolve().parents[2]
+    policy = root / "examples" / "policy" / "refund-policy.yaml"
+    (tmp_path / "s.yaml").write_text("- text: done\n")
+    agent_file = tmp_path / "agent.yaml"
+    agent_file.write_text(
+        "name: desk\nmodel: scripted:s.yaml\ntenant: acme\n"
+        f"policy: {policy}\n"
+        "scope: {project: billing, environment: prod, labels: {team: cx}}\n"
+        "tools:\n  - path: oarlock.demo.refund_desk:issue_refund\n"
+        "    idempotency_key: oarlock.demo.refund_desk:refund_key\n"
+    )
+    agent = load_agent(agent_file)
+    assert agent.policy is not None and agent.policy.policy_id == "refund-desk"
+    assert agent.scope == {
+        "tenantId": "acme",
+        "projectId": "billing",
+        "environment": "prod",
+        "labels": {"team": "cx"},
+    }
+    refund = agent.tools.get("issue_refund")
+    assert refund is not None and refund.idempotency_key is not None
+    assert refund.idempotency_key({"order_id": "A-1"}) == "refund:A-1"
+    agent_file.write_text("name: desk\nmodel: scripted:s.yaml\nscope: {region: eu}\n")
+    with pytest.raises(ConfigError, match="unknown key 'region'"):
+        load_agent(agent_file)
+    agent_file.write_text("name: desk\nmodel: scripted:s.yaml\npolicy: missing.yaml\n")
+    with pytest.raises(ConfigError, match="missing.yaml"):
+        load_agent(agent_file)
