@@ -152,3 +152,67 @@ def test_first_use_of_a_lazy_name_loads_the_formats():
     loaded = _modules_after("import oarlock; oarlock.validate")
     assert "oarlock.formats" in loaded
     assert "oarlock.formats" not in _modules_after("import oarlock")
+
+
+GOVERNANCE_ALL = [
+    "DEFAULT_POLICY",
+    "Approval",
+    "CallContext",
+    "Checkpoint",
+    "Claim",
+    "GovernanceStore",
+    "GovernedExecutor",
+    "LedgerEntry",
+    "MemoryGovernanceStore",
+    "PolicyEngine",
+    "PolicyRequest",
+    "PolicyVerdict",
+    "Reconciliation",
+    "Review",
+    "RulePolicy",
+    "StoredReceipt",
+    "VerifyReport",
+    "fence",
+    "generate_key",
+    "load_private_key",
+    "load_public_key",
+    "sanitize",
+    "sanitize_result",
+    "sign_checkpoint",
+    "unfence",
+    "verify_chain",
+]
+
+TOOLS_ALL = [
+    "CAUTIOUS_CLASS",
+    "ProcessResult",
+    "run_process",
+    "ApprovalRule",
+    "KeyRule",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolEffect",
+    "ToolOutput",
+    "Toolset",
+    "result_text",
+    "tool",
+]
+
+
+def test_governance_and_tools_all_are_pinned():
+    import oarlock.governance
+    import oarlock.tools
+
+    assert list(oarlock.governance.__all__) == GOVERNANCE_ALL
+    assert list(oarlock.tools.__all__) == TOOLS_ALL
+    for module, names in ((oarlock.governance, GOVERNANCE_ALL), (oarlock.tools, TOOLS_ALL)):
+        for name in names:
+            assert getattr(module, name) is not None, name
+
+
+def test_the_cedar_engine_loads_on_first_use():
+    import oarlock.governance
+
+    assert oarlock.governance.CedarPolicy.__name__ == "CedarPolicy"
+    with pytest.raises(AttributeError):
+        _ = oarlock.governance.NoSuchEngine

@@ -43,6 +43,7 @@ __all__ = [
     "RunApproved",
     "apply_decision",
     "cancel",
+    "check_decision",
     "expire_approvals",
     "fail",
     "lapsed",
@@ -288,19 +289,16 @@ def _tool_event(result: ToolResultPart, now: str) -> Event:
     )
 
 
-def apply_decision(
+def check_decision(
     doc: RunDocument,
     call_id: str,
     decision: Literal["approved", "denied", "responded"],
     *,
-    by: Literal["human", "policy"],
-    now: str,
-    reason: str | None = None,
     edited_arguments: dict[str, Any] | None = None,
     response: str | None = None,
-) -> list[Event]:
-    """Record a decision on a pending approval. Refuses (and changes nothing) a decision on
-    a run that is not waiting, for an unknown call, or on a call already decided."""
+) -> PendingApproval:
+    """The pending approval a decision would apply to, or the DecisionRefused that
+    :func:`apply_decision` would raise; changes nothing."""
     approval = _pending(doc, call_id)
     if decision == "responded" and response is None:
         raise DecisionRefused(
@@ -314,6 +312,25 @@ def apply_decision(
         raise DecisionRefused(
             "edited arguments go only with an approval", code="edit_needs_approval"
         )
+    return approval
+
+
+def apply_decision(
+    doc: RunDocument,
+    call_id: str,
+    decision: Literal["approved", "denied", "responded"],
+    *,
+    by: Literal["human", "policy"],
+    now: str,
+    reason: str | None = None,
+    edited_arguments: dict[str, Any] | None = None,
+    response: str | None = None,
+) -> list[Event]:
+    """Record a decision on a pending approval. Refuses (and changes nothing) a decision on
+    a run that is not waiting, for an unknown call, or on a call already decided."""
+    approval = check_decision(
+        doc, call_id, decision, edited_arguments=edited_arguments, response=response
+    )
     approval.decision, approval.decided_by = decision, by
     if reason is not None:
         approval.reason = reason

@@ -151,17 +151,23 @@ class Runner:
         most once, optionally expiring ``expires_in`` seconds from now) before the run
         records it. A racing writer makes this re-read and re-apply, so a second decision
         on the same call is refused as already decided; nothing is lost."""
-        stored = (await self.store.load(run_id)).document
-        pending = next((a for a in stored.pending_approvals if a.tool_call_id == call_id), None)
-        deadline = None if pending is None else core.lapsed(pending, self.clock())
-        await self.expire_approvals(run_id)
-        if deadline is not None:
-            raise DecisionRefused(
-                f"call {call_id} was not decided by its deadline ({deadline}); policy denied it",
-                code="approval_expired",
-            )
+        doc = (await self.store.load(run_id)).document
+        now = self.clock()
+        if any(core.lapsed(a, now) for a in doc.pending_approvals):
+            pending = next((a for a in doc.pending_approvals if a.tool_call_id == call_id), None)
+            deadline = None if pending is None else core.lapsed(pending, now)
+            await self.expire_approvals(run_id)
+            if deadline is not None:
+                raise DecisionRefused(
+                    f"call {call_id} was not decided by its deadline ({deadline}); "
+                    "policy denied it",
+                    code="approval_expired",
+                )
+            doc = (await self.store.load(run_id)).document
         if decision == "approved":
-            await self._keep_approval(run_id, call_id, edited_arguments, principal, expires_in)
+            await self._keep_approval(
+                doc, call_id, edited_arguments, response, principal, expires_in
+            )
 
         def apply(doc: RunDocument) -> list[Event]:
             edited = self._check_decision(doc, call_id, decision, edited_arguments)
@@ -189,21 +195,20 @@ class Runner:
 
     async def _keep_approval(
         self,
-        run_id: str,
+        doc: RunDocument,
         call_id: str,
         edited: dict[str, Any] | None,
+        response: str | None,
         principal: str,
         expires_in: float | None,
     ) -> None:
-        """Check the approval as the run would, then hand it to the executor; a second
-        approval of one call loses there, whichever process made it."""
-        doc = (await self.store.load(run_id)).document
+        """Check the approval as the run would (every refusal comes before anything is
+        stored), then hand it to the executor; a second approval of one call loses there,
+        whichever process made it."""
         checked = self._check_decision(doc, call_id, "approved", edited)
-        trial = doc.model_copy(deep=True)
-        core.apply_decision(
-            trial, call_id, "approved", by="human", now=self.clock(), edited_arguments=checked
+        pending = core.check_decision(
+            doc, call_id, "approved", edited_arguments=checked, response=response
         )
-        pending = next(a for a in doc.pending_approvals if a.tool_call_id == call_id)
         tool = self.agent.tools.get(pending.tool_name)
         if tool is None:
             return  # the call cannot run; the run says so when it resumes

@@ -203,9 +203,9 @@ class SQLiteStore:
         """The open connection (StoreError once closed)."""
         return self._db()
 
-    def transaction(self, doing: str) -> Any:
+    def transaction(self, doing: str, *, flush: bool = True) -> Any:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` on the open connection."""
-        return self._transaction(self._db(), doing)
+        return self._transaction(self._db(), doing, flush=flush)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -213,9 +213,18 @@ class SQLiteStore:
         return self._conn
 
     @contextmanager
-    def _transaction(self, conn: sqlite3.Connection, doing: str) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any error."""
+    def _transaction(
+        self, conn: sqlite3.Connection, doing: str, *, flush: bool = True
+    ) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any error.
+
+        ``flush=False`` commits without waiting for the disk (``synchronous=NORMAL``): the
+        commit is atomic and survives the process being killed, and the next flushed
+        commit makes it durable too, since the WAL is flushed in order. Only records whose
+        loss in a power cut is safe use it (see the governance store)."""
         try:
+            if not flush:
+                conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("BEGIN IMMEDIATE")
             yield
             conn.execute("COMMIT")
@@ -225,6 +234,9 @@ class SQLiteStore:
         except BaseException:
             self._rollback(conn)
             raise
+        finally:
+            if not flush:
+                conn.execute("PRAGMA synchronous = FULL")
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:

@@ -6,6 +6,15 @@ and ``reconciliations`` index it by ``ledger_seq``. A method is one ``BEGIN IMME
 transaction that reads the ledger's head and appends to it, so writers in several
 processes extend one chain without forks. The idempotency claim is a unique insert
 (``ON CONFLICT DO NOTHING``, then a look at who holds the key), never select-then-insert.
+
+What is flushed to disk before a method returns: approvals, reconciliations, checkpoints
+and the claim of a side-effecting call (it must be durable before the effect starts). A
+``read`` or ``sandbox`` claim, a receipt and a refused call are committed atomically but
+flushed by the next flushed commit, which the runner makes before anything is
+acknowledged: the run document that hands the result to the model. A power cut before
+that loses the receipt and the run's step together; the resumed run then finds a
+side-effecting call's durable claim without a receipt (Uncertain), or runs a read again.
+A killed process loses nothing: WAL commits survive it.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteGovernanceStore"]
 
 _FILE = "sqlite_governance.sql"
+_SAFE = frozenset({"read", "sandbox"})
 
 
 def _q(name: str) -> str:
@@ -149,7 +159,8 @@ class SQLiteGovernanceStore:
         at: str,
     ) -> ClaimHeld | None:
         conn = self._runs.db()
-        with self._runs.transaction("claiming an idempotency key"):
+        flush = invocation["sideEffectClass"] not in _SAFE
+        with self._runs.transaction("claiming an idempotency key", flush=flush):
             taken = conn.execute(_q("insert_claim"), _claim_params(claim)).rowcount == 1
             if not taken:
                 return self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
@@ -173,7 +184,7 @@ class SQLiteGovernanceStore:
             "stale_invocation_id": stale.invocation_id,
             "stale_owner": stale.owner,
         }
-        with self._runs.transaction("taking over a stale claim"):
+        with self._runs.transaction("taking over a stale claim", flush=False):
             if conn.execute(_q("take_over"), params).rowcount != 1:
                 return False
             self._insert_invocation(conn, invocation, at)
@@ -181,7 +192,7 @@ class SQLiteGovernanceStore:
 
     async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
         conn = self._runs.db()
-        with self._runs.transaction("writing a receipt"):
+        with self._runs.transaction("writing a receipt", flush=False):
             self._insert_receipt(conn, receipt, result, at)
 
     def _insert_receipt(
@@ -205,7 +216,7 @@ class SQLiteGovernanceStore:
 
     async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
         conn = self._runs.db()
-        with self._runs.transaction("recording a refused call"):
+        with self._runs.transaction("recording a refused call", flush=False):
             self._insert_invocation(conn, invocation, at)
             self._insert_receipt(conn, receipt, None, at)
 
