@@ -214,3 +214,43 @@ def test_an_agent_file_names_its_policy_and_scope(tmp_path) -> None:
     agent_file.write_text("name: desk\nmodel: scripted:s.yaml\npolicy: missing.yaml\n")
     with pytest.raises(ConfigError, match="missing.yaml"):
         load_agent(agent_file)
+
+
+async def test_a_replay_never_repeats_a_side_effect() -> None:
+    from oarlock.models._replay import ReplayModel
+
+    r, store = runner()
+    doc = await r.start("refund")
+    await r.decide(doc.id, "c_pay", "approved")
+    original = await r.resume(doc.id)
+    assert CHARGES == [("o1", 40)]
+
+    model = ReplayModel(original)
+    replay = Runner(r.agent.with_model(model), store, replay_of=original.id)
+    again = await replay.start("refund")
+    await replay.decide(again.id, "c_pay", "approved")
+    again = await replay.resume(again.id)
+    assert again.status == "completed" and CHARGES == [("o1", 40)]
+    assert model.divergences == []
+    charged = [i for i in await store.governance().receipts() if i.invocation["toolId"] == "charge"]
+    assert len(charged) == 1  # the replay got the original's receipt back
+
+    # a side-effecting call the original never made is refused, not made
+    diverging = ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"id": "c_new", "name": "charge", "arguments": {"order_id": "o2", "amount": 1}}
+                ]
+            },
+            {"text": "done"},
+        ]
+    )
+    policy = RulePolicy.from_dict(
+        {"policy": "p", "rules": [{"id": "all", "effect": "allow", "reason": "t"}]}
+    )
+    agent = Agent("desk", diverging, tools=[charge, lookup], tenant="acme", policy=policy)
+    done = await Runner(agent, store, replay_of=original.id).start("refund")
+    result = done.messages[2].content[0]  # type: ignore[union-attr]
+    assert result.is_error and "replay_side_effect" in result.content
+    assert CHARGES == [("o1", 40)]

@@ -176,7 +176,7 @@ async def _replay(args: argparse.Namespace, store: RunStore) -> int:
     stored = await store.load(args.run_id)
     base = await _agent_of(store, args.run_id)
     model = ReplayModel(stored.document)
-    runner = Runner(base.with_model(model), store)
+    runner = Runner(base.with_model(model), store, replay_of=args.run_id)
     tags = {**(stored.document.tags or {}), "replay_of": args.run_id}
     doc = await runner.start(stored.document.input, tags=tags, agent_ref=stored.agent_ref)
     while doc.status == "waiting_approval":

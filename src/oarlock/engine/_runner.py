@@ -64,7 +64,8 @@ class Runner:
     :class:`~oarlock.governance.GovernedExecutor` keeping its records in the store's
     governance store, under the agent's policy. ``watch_interval`` (seconds) makes a
     waiting model request or tool call look for a cancellation written by another
-    process, and stop the work when it finds one."""
+    process, and stop the work when it finds one. ``replay_of`` names the run a replay
+    repeats: its side-effecting calls are keyed to that run, so they are never made again."""
 
     def __init__(
         self,
@@ -76,6 +77,7 @@ class Runner:
         clock: Callable[[], str] = now_rfc3339,
         on_commit: EventHook | None = None,
         watch_interval: float | None = None,
+        replay_of: str | None = None,
     ) -> None:
         self.agent, self.store = agent, store
         self.executor: Executor = executor or GovernedExecutor(
@@ -83,6 +85,7 @@ class Runner:
         )
         self.retry = retry or RetryPolicy()
         self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
+        self.replay_of = replay_of
 
     # -- public operations ------------------------------------------------------------
     async def create(
@@ -166,7 +169,12 @@ class Runner:
             doc = (await self.store.load(run_id)).document
         if decision == "approved":
             await self._keep_approval(
-                doc, call_id, edited_arguments, response, principal, expires_in
+                doc,
+                call_id,
+                edited=edited_arguments,
+                response=response,
+                principal=principal,
+                expires_in=expires_in,
             )
 
         def apply(doc: RunDocument) -> list[Event]:
@@ -191,12 +199,13 @@ class Runner:
 
     # -- internals --------------------------------------------------------------------
     def _ctx(self, doc: RunDocument) -> CallContext:
-        return CallContext(doc.id, doc.agent, self.agent.scope, doc.turns)
+        return CallContext(doc.id, doc.agent, self.agent.scope, doc.turns, self.replay_of)
 
     async def _keep_approval(
         self,
         doc: RunDocument,
         call_id: str,
+        *,
         edited: dict[str, Any] | None,
         response: str | None,
         principal: str,

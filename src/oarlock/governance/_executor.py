@@ -67,6 +67,7 @@ class CallContext:
     agent: str
     scope: Mapping[str, Any]
     turn: int
+    replay_of: str | None = None  # a replay's original run: side effects are not repeated
 
     @property
     def tenant(self) -> str:
@@ -183,6 +184,15 @@ class GovernedExecutor:
         held = await self.store.claim_of(ctx.tenant, tool.name, c.invocation["idempotencyKey"])
         if held is not None:
             return await self._held(c, held)
+        if ctx.replay_of is not None and tool.side_effect not in _SAFE:
+            return await self._deny(
+                c,
+                _Refused(
+                    "replay_side_effect",
+                    f"a replay does not make side-effecting calls; run {ctx.replay_of} "
+                    "made no such call",
+                ),
+            )
         try:
             approval_id, grant = await self._authorize(c, verdict)
         except _Refused as refusal:
@@ -518,7 +528,9 @@ def _bytes_in(invocation: dict[str, Any]) -> int:
 
 def _key(c: _Call) -> str:
     if c.tool.idempotency_key is None:
-        return f"run:{c.ctx.run_id}:call:{c.call.id}"
+        replaying = c.ctx.replay_of is not None and c.tool.side_effect not in _SAFE
+        run = c.ctx.replay_of if replaying else c.ctx.run_id
+        return f"run:{run}:call:{c.call.id}"
     try:
         key = c.tool.idempotency_key(c.arguments)
     except Exception as exc:

@@ -1,13 +1,20 @@
 """The replay model: plays back a stored run's assistant turns, and notes where the run
-being replayed diverges from the original (a tool result or decision that differs)."""
+being replayed diverges from the original (a tool result or decision that differs).
+
+A replay runs today's ``read`` and ``sandbox`` tools for real; a side-effecting call is
+never made again: the runner keys it to the original run, so the executor hands back the
+original's receipt, or refuses a call the original did not make."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 from oarlock.errors import ModelError
 from oarlock.formats._codec import dump
 from oarlock.formats._models import AssistantMessage, RunDocument
+from oarlock.governance._sanitize import unfence
 from oarlock.models._base import ModelRequest, ModelResponse
 
 __all__ = ["Divergence", "ReplayModel"]
@@ -45,11 +52,28 @@ class ReplayModel:
     def _compare(self, request: ModelRequest) -> None:
         original = self.original.messages
         for i in range(self._checked, len(request.messages)):
-            actual = dump(request.messages[i])
-            expected = dump(original[i]) if i < len(original) else None
+            actual = _plain(dump(request.messages[i]))
+            expected = _plain(dump(original[i])) if i < len(original) else None
             if actual != expected:
                 self.divergences.append(Divergence(i, _short(expected), _short(actual)))
         self._checked = len(request.messages)
+
+
+def _plain(message: dict[str, Any]) -> dict[str, Any]:
+    """A message with its tool results taken out of their untrusted-data fences, whose ids
+    are random per call and so differ between a run and its replay."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    parts = []
+    for part in content:
+        text = part.get("content") if isinstance(part, dict) else None
+        plain = part
+        if part.get("type") == "tool_result" and isinstance(text, str) and not part.get("isError"):
+            with contextlib.suppress(ValueError):  # not fenced: compare it as it is
+                plain = {**part, "content": unfence(text)}
+        parts.append(plain)
+    return {**message, "content": parts}
 
 
 def _short(value: object) -> str:
