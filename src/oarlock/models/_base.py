@@ -4,19 +4,30 @@ errors; with ``retry_after`` when the provider says) and ModelError for the rest
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from oarlock.formats._models import AssistantMessage, Message
 
-__all__ = ["ModelAdapter", "ModelRequest", "ModelResponse"]
+__all__ = ["ModelAdapter", "ModelRequest", "ModelResponse", "TextSink"]
+
+
+TextSink = Callable[[str], None]
+"""Receives the text of a response as it arrives (streaming); the stored message is the
+assembled whole."""
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
+    """What the model is asked: the agent's instructions, the conversation, the tools
+    (``{"name", "description", "parameters"}`` with a JSON Schema), and where to send
+    text as it streams in (None: no streaming needed)."""
+
     instructions: str
     messages: list[Message]
     tools: list[dict[str, Any]] = field(default_factory=list)
+    on_text: TextSink | None = None
 
 
 @dataclass(frozen=True, slots=True)
