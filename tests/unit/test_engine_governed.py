@@ -212,7 +212,7 @@ def test_an_agent_file_names_its_policy_and_scope(tmp_path) -> None:
     with pytest.raises(ConfigError, match="unknown key 'region'"):
         load_agent(agent_file)
     agent_file.write_text("name: desk\nmodel: scripted:s.yaml\npolicy: missing.yaml\n")
-    with pytest.raises(ConfigError, match="missing.yaml"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml"):
         load_agent(agent_file)
 
 

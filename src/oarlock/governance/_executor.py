@@ -196,6 +196,8 @@ class GovernedExecutor:
         try:
             approval_id, grant = await self._authorize(c, verdict)
         except _Refused as refusal:
+            if refusal.code == "approval_used":  # a duplicate may have claimed the key since
+                return await self._raced(c, refusal)
             return await self._deny(c, refusal)
         if grant is not None:
             c.invocation["approvalId"] = grant.approval_id
@@ -207,10 +209,19 @@ class GovernedExecutor:
                 c.invocation, self._claim(c), approval_id=approval_id, grant=grant, at=c.now
             )
         except ConflictError as exc:
-            return await self._deny(c, _Refused(exc.code, str(exc)))
+            return await self._raced(c, _Refused(exc.code, str(exc)))
         if held is not None:
             return await self._held(c, held)
         return await self._run(c)
+
+    async def _raced(self, c: _Call, refusal: _Refused) -> ToolResultPart:
+        """The approval was used between our look at the claim and our use of it: by a
+        duplicate of this very call (wait for it and replay its receipt), or by another."""
+        key = c.invocation["idempotencyKey"]
+        held = await self.store.claim_of(c.ctx.tenant, c.tool.name, key)
+        if held is not None:
+            return await self._held(c, held)
+        return await self._deny(c, refusal)
 
     def _invocation(
         self,

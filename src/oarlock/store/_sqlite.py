@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
@@ -172,12 +173,28 @@ class SQLiteStore:
         try:
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             self._refuse_newer(conn)  # before any PRAGMA that writes to the file
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             self._migrate(conn)
         except sqlite3.Error as exc:
             raise _store_error(exc, f"opening {self.path}") from exc
+
+    @staticmethod
+    def _wal(conn: sqlite3.Connection) -> None:
+        """Switch to WAL. The switch needs the file to itself, and SQLite does not wait
+        for that (no busy handler): retry while another connection writes."""
+        deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorname", "") in {"SQLITE_BUSY", "SQLITE_LOCKED"}
+                if not busy or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)
 
     def _refuse_newer(self, conn: sqlite3.Connection) -> int:
         found: int = conn.execute("PRAGMA user_version").fetchone()[0]

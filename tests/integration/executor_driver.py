@@ -1,0 +1,271 @@
+"""Runs one governed tool call against a SQLite file in its own process, and SIGKILLs
+itself at a chosen point of the executor's protocol, so that a test can recover the call
+from another process.
+
+    python executor_driver.py DB MODE EFFECTS_FILE [TOOL]
+
+TOOL is ``charge`` (a ``spend`` tool keyed by its order id, the default) or ``lookup`` (a
+``read`` tool, one key per call of the run). Either tool's side effect is one line
+appended to EFFECTS_FILE (flushed and fsynced before the tool returns), so the file
+counts how often the tool really ran. MODE picks where the process dies:
+
+* ``none``: no kill; prints one JSON line (the result the model gets, and under
+  ``receipt`` the receipt now held for the call's key) and exits 0;
+* ``before-claim``: on entry to the store's ``begin`` (nothing of the call is stored);
+* ``after-claim``: right after ``begin`` took the claim (the invocation is committed) and
+  before the tool starts;
+* ``after-tool``: on entry to the store's ``finish`` (the tool ran, no receipt is stored).
+
+Every process makes the same call: run ``RUN_ID``, call ``CALL_ID``, turn 1, tenant
+``acme``, arguments ``ARGUMENTS`` (``charge``) or ``LOOKUP_ARGUMENTS`` (``lookup``).
+
+The module also holds what the concurrency tests share with their spawned processes: the
+tools, the policy, and :func:`process_worker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from oarlock.formats._models import ToolCallPart, ToolResultPart
+from oarlock.governance import CallContext, GovernedExecutor, RulePolicy
+from oarlock.governance._ledger import Checkpoint, LedgerEntry
+from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
+from oarlock.governance._store import ClaimHeld, GovernanceStore
+from oarlock.store import SQLiteStore
+from oarlock.tools import Tool, tool
+
+RUN_ID = "run-crash"
+CALL_ID = "c1"
+AGENT = "driver"
+TENANT = "acme"
+ARGUMENTS: dict[str, Any] = {"order_id": "A-1", "amount": 25}
+LOOKUP_ARGUMENTS: dict[str, Any] = {"order_id": "A-1"}
+MODES = ("none", "before-claim", "after-claim", "after-tool")
+
+POLICY = RulePolicy.from_dict(
+    {
+        "policy": "t",
+        "rules": [{"id": "ok", "effect": "allow", "reason": "test", "match": {"tool": "charge"}}],
+    }
+)
+
+
+def die() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """The side effect: one line, on disk before the tool returns."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def charge_result(order_id: str, amount: int) -> dict[str, Any]:
+    """What ``charge`` returns (deterministic, so every caller can expect it)."""
+    return {"order_id": order_id, "amount": amount, "status": "charged"}
+
+
+def make_charge(effects: str | os.PathLike[str], delay: float = 0.0) -> Tool:
+    """A ``spend`` tool keyed by order id whose side effect is a line in ``effects``."""
+
+    @tool(side_effect="spend", idempotency_key=lambda a: f"charge:{a['order_id']}")
+    def charge(order_id: str, amount: int) -> dict[str, Any]:
+        """Charge an order.
+
+        Args:
+            order_id: The order id.
+            amount: The amount, in cents.
+        """
+        if delay:
+            time.sleep(delay)
+        append_line(effects, f"charge {order_id} {amount} pid={os.getpid()}")
+        return charge_result(order_id, amount)
+
+    return charge
+
+
+def make_lookup(effects: str | os.PathLike[str]) -> Tool:
+    """A ``read`` tool (one key per call of a run) that also leaves a line in ``effects``."""
+
+    @tool(side_effect="read")
+    def lookup(order_id: str) -> dict[str, Any]:
+        """Look an order up.
+
+        Args:
+            order_id: The order id.
+        """
+        append_line(effects, f"lookup {order_id} pid={os.getpid()}")
+        return {"order_id": order_id, "total": 25}
+
+    return lookup
+
+
+def make_call(name: str, arguments: dict[str, Any], call_id: str = CALL_ID) -> ToolCallPart:
+    return ToolCallPart(type="tool_call", id=call_id, name=name, arguments=arguments)
+
+
+def context(run_id: str = RUN_ID, tenant: str = TENANT, turn: int = 1) -> CallContext:
+    return CallContext(run_id, AGENT, {"tenantId": tenant}, turn)
+
+
+def result_json(part: ToolResultPart) -> dict[str, Any]:
+    return {
+        "tool_call_id": part.tool_call_id,
+        "tool_name": part.tool_name,
+        "content": part.content,
+        "is_error": part.is_error,
+    }
+
+
+class CrashingStore:
+    """A governance store that delegates every method to ``inner`` and SIGKILLs the
+    process at the point ``mode`` names."""
+
+    def __init__(self, inner: GovernanceStore, mode: str) -> None:
+        if mode not in MODES:
+            raise SystemExit(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        self.inner, self.mode = inner, mode
+
+    async def record_approval(self, approval: Approval) -> None:
+        await self.inner.record_approval(approval)
+
+    async def approval_for(self, run_id: str, tool_call_id: str) -> tuple[Approval, str | None]:
+        return await self.inner.approval_for(run_id, tool_call_id)
+
+    async def begin(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        *,
+        approval_id: str | None,
+        grant: Approval | None,
+        at: str,
+    ) -> ClaimHeld | None:
+        if self.mode == "before-claim":
+            die()
+        held = await self.inner.begin(
+            invocation, claim, approval_id=approval_id, grant=grant, at=at
+        )
+        if held is None and self.mode == "after-claim":
+            die()
+        return held
+
+    async def take_over(
+        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+    ) -> bool:
+        return await self.inner.take_over(stale, claim, invocation, at)
+
+    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+        if self.mode == "after-tool":
+            die()
+        await self.inner.finish(receipt, result=result, at=at)
+
+    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+        await self.inner.refuse(invocation, receipt, at)
+
+    async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
+        return await self.inner.claim_of(tenant_id, tool_id, key)
+
+    async def load(self, invocation_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        return await self.inner.load(invocation_id)
+
+    async def reconcile(self, reconciliation: Reconciliation) -> None:
+        await self.inner.reconcile(reconciliation)
+
+    async def reconciliations(self, invocation_id: str) -> list[Reconciliation]:
+        return await self.inner.reconciliations(invocation_id)
+
+    async def receipts(
+        self, *, run_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[StoredReceipt]:
+        return await self.inner.receipts(run_id=run_id, status=status, limit=limit)
+
+    async def open_claims(self) -> list[Claim]:
+        return await self.inner.open_claims()
+
+    async def artifact(self, ref: str) -> bytes:
+        return await self.inner.artifact(ref)
+
+    async def ledger(self) -> list[LedgerEntry]:
+        return await self.inner.ledger()
+
+    async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
+        await self.inner.add_checkpoint(checkpoint)
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        return await self.inner.checkpoints()
+
+
+async def main(db: str, mode: str, effects: str, which: str = "charge") -> int:
+    if which == "charge":
+        the_tool, arguments = make_charge(effects), dict(ARGUMENTS)
+    elif which == "lookup":
+        the_tool, arguments = make_lookup(effects), dict(LOOKUP_ARGUMENTS)
+    else:
+        raise SystemExit(f"unknown tool {which!r}; use charge or lookup")
+    runs = SQLiteStore(db)
+    store = CrashingStore(runs.governance(), mode)
+    assert isinstance(store, GovernanceStore)
+    executor = GovernedExecutor(store, policy=POLICY)
+    call = make_call(the_tool.name, arguments)
+    validated = the_tool.validate_arguments(arguments)
+    ctx = context()
+    part = await executor.execute(the_tool, call, validated, ctx)
+    key = the_tool.idempotency_key(validated) if the_tool.idempotency_key else None
+    held = await store.claim_of(
+        ctx.tenant, the_tool.name, key or f"run:{ctx.run_id}:call:{call.id}"
+    )
+    await runs.close()
+    # the result the model gets, and the receipt this process sees for the call's key
+    print(json.dumps(result_json(part) | {"receipt": None if held is None else held.receipt}))
+    return 0
+
+
+# -- the concurrency tests' spawned processes ------------------------------------------
+
+
+def process_worker(
+    run_id: str, db: str, effects: str, barrier: Any, out: str, duplicate_wait: float
+) -> None:
+    """One process of a concurrent duplicate: opens its own store on ``db``, waits at the
+    barrier, executes the slow ``charge`` (call ``CALL_ID`` of run ``run_id``, arguments
+    ``ARGUMENTS``) once and writes what it saw to ``out`` as JSON."""
+
+    async def go(runs: SQLiteStore) -> dict[str, Any]:
+        store = runs.governance()
+        charge = make_charge(effects, delay=0.2)
+        executor = GovernedExecutor(store, policy=POLICY, duplicate_wait=duplicate_wait)
+        barrier.wait(timeout=60)
+        part = await executor.execute(
+            charge, make_call("charge", ARGUMENTS), dict(ARGUMENTS), context(run_id)
+        )
+        held = await store.claim_of(TENANT, "charge", f"charge:{ARGUMENTS['order_id']}")
+        return {
+            "run_id": run_id,
+            "pid": os.getpid(),
+            "result": result_json(part),
+            "receipt": None if held is None else held.receipt,
+        }
+
+    runs = SQLiteStore(db)
+    try:
+        report = asyncio.run(go(runs))
+    finally:
+        asyncio.run(runs.close())
+    Path(out).write_text(json.dumps(report), "utf-8")
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main(*sys.argv[1:5])))
