@@ -16,6 +16,7 @@ import pytest
 
 from oarlock.demo import AGENT_FILE
 from oarlock.formats import dump
+from oarlock.governance._sanitize import unfence
 from oarlock.store import SQLiteStore
 
 TIMEOUT = 60
@@ -50,14 +51,20 @@ class Cli:
         assert out.returncode == 0, (args, out.stdout, out.stderr)
         return out.stdout
 
-    def snapshot(self, run_id: str) -> tuple[dict[str, Any], list[Any]]:
-        """The stored document and event log, read in this process (cheaper than a CLI)."""
+    def snapshot(self, run_id: str) -> tuple[dict[str, Any], list[Any], list[Any]]:
+        """The stored document, its event log and the governance ledger (approvals,
+        invocations, receipts), read in this process (cheaper than a CLI)."""
 
-        async def go() -> tuple[dict[str, Any], list[Any]]:
+        async def go() -> tuple[dict[str, Any], list[Any], list[Any]]:
             async with SQLiteStore(self.db) as store:
                 doc = (await store.load(run_id)).document
                 events = await store.events(run_id)
-                return dump(doc), [(e.seq, e.kind, e.at, e.data) for e in events]
+                ledger = await store.governance().ledger()
+                return (
+                    dump(doc),
+                    [(e.seq, e.kind, e.at, e.data) for e in events],
+                    [(e.seq, e.kind, e.body) for e in ledger],
+                )
 
         return asyncio.run(go())
 
@@ -152,11 +159,13 @@ def test_approve_with_invalid_edited_arguments_fails_and_changes_nothing(
     cli, waiting = shared
     before = cli.ok("runs", "export", waiting)
     events_before = cli.ok("runs", "show", waiting)
+    stored_before = cli.snapshot(waiting)
     out = cli("approve", waiting, CALL, "--edit", edit)
     assert out.returncode == 1, (out.stdout, out.stderr)
     assert "edited arguments refused" in out.stderr
     assert cli.ok("runs", "export", waiting) == before
     assert cli.ok("runs", "show", waiting) == events_before
+    assert cli.snapshot(waiting) == stored_before  # no approval kept either
 
 
 def test_approve_with_an_edit_that_is_not_a_json_object_is_a_usage_error(
@@ -185,7 +194,7 @@ def test_approve_with_valid_edited_arguments_completes_with_them(cli: Cli, waiti
         if p.get("toolCallId") == CALL and p["type"] == "tool_result"
     ]
     assert not result.get("isError"), result
-    assert json.loads(result["content"])["amount"] == 20.0
+    assert json.loads(unfence(result["content"]))["amount"] == 20.0
     # the call as the model made it is unchanged; the approval carries the edit
     [call] = [p for m in doc["messages"] for p in m["content"] if p.get("id") == CALL]
     assert call["arguments"]["amount"] == 42.5

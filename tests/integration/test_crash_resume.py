@@ -1,6 +1,9 @@
 """Crash and resume with real processes: a driver process runs an agent against a SQLite
 file and SIGKILLs itself at a chosen point; a new process (the CLI) resumes the run; the
-final document must equal that of a run that was never interrupted.
+final document must equal that of a run that was never interrupted (every fenced tool
+result unfenced: each call gets its own nonce), with one exception: an approved spend
+call killed while it ran is never run again; its outcome is unknown, an Uncertain receipt
+says so, and so does the error result the model gets.
 
 Also: decisions racing from two processes on the same call."""
 
@@ -19,7 +22,9 @@ from typing import Any
 import pytest
 
 import oarlock
+from helpers import unfenced_document
 from oarlock.formats import dump
+from oarlock.governance._records import StoredReceipt
 from oarlock.store import SQLiteStore
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
@@ -27,11 +32,14 @@ TIMEOUT = 60
 RUN_ID = "crash-run"
 INPUT = "Order A-1 arrived damaged; check it and charge the carrier back."
 APPROVAL_CALL = "call_2_1"
+# every tool call of the script, once each
+BASELINE_CALLS = ["lookup_order", "stock_level", "fragile_report", "charge_back", "lookup_order"]
 VOLATILE = frozenset({"id", "createdAt", "updatedAt", "requestedAt"})
 TERMINAL = frozenset({"completed", "failed", "halted_budget", "halted_max_turns", "cancelled"})
 
 TOOLS = '''
-"""Deterministic tools of the crash tests; CRASH_IN_TOOL=<name> SIGKILLs inside <name>."""
+"""Deterministic tools of the crash tests; CRASH_IN_TOOL=<name> SIGKILLs inside <name>.
+Every call that starts appends the tool's name to the file CRASH_CALL_LOG names."""
 
 import os
 import signal
@@ -40,6 +48,12 @@ from oarlock.tools import tool
 
 
 def _maybe_die(name: str) -> None:
+    log = os.environ.get("CRASH_CALL_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(name + "\\n")
+            f.flush()
+            os.fsync(f.fileno())
     if os.environ.get("CRASH_IN_TOOL") == name:
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -62,6 +76,7 @@ def stock_level(sku: str) -> int:
     Args:
         sku: The SKU.
     """
+    _maybe_die("stock_level")
     return 7
 
 
@@ -132,9 +147,27 @@ def write_agent(folder: Path) -> Path:
     return agent
 
 
-def env(**extra: str) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if k not in ("OARLOCK_DB", "CRASH_IN_TOOL")}
+def env(db: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a child process; with ``db``, its tools log every call they
+    start beside that database (see :func:`calls`)."""
+    out = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OARLOCK_DB", "CRASH_IN_TOOL", "CRASH_CALL_LOG")
+    }
+    if db is not None:
+        out["CRASH_CALL_LOG"] = str(call_log(db))
     return {**out, **extra}
+
+
+def call_log(db: Path) -> Path:
+    return db.with_name(db.name + ".calls")
+
+
+def calls(db: Path) -> list[str]:
+    """The tools called (started) for the runs in ``db``, by every process, in order."""
+    log = call_log(db)
+    return log.read_text("utf-8").split() if log.exists() else []
 
 
 def drive(
@@ -153,7 +186,7 @@ def drive(
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        env=env(**extra),
+        env=env(db, **extra),
         check=False,
     )
 
@@ -164,7 +197,7 @@ def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        env=env(),
+        env=env(db),
         stdin=subprocess.DEVNULL,
         check=False,
     )
@@ -183,6 +216,25 @@ def load(db: Path, run_id: str = RUN_ID) -> tuple[dict[str, Any], list[Any]]:
     return asyncio.run(go())
 
 
+def receipts(db: Path, tool: str) -> list[StoredReceipt]:
+    """The receipts the governed executor stored for the calls of ``tool``."""
+
+    async def go() -> list[StoredReceipt]:
+        async with SQLiteStore(db) as store:
+            return await store.governance().receipts(limit=1000)
+
+    return [r for r in asyncio.run(go()) if r.invocation["toolId"] == tool]
+
+
+def results_of(doc: dict[str, Any], call_id: str) -> list[dict[str, Any]]:
+    return [
+        part
+        for msg in doc["messages"]
+        for part in msg["content"]
+        if part.get("type") == "tool_result" and part.get("toolCallId") == call_id
+    ]
+
+
 def assert_valid(doc: dict[str, Any]) -> None:
     report = oarlock.validate(json.loads(json.dumps(doc)), "run")
     assert report.valid, report.to_json()
@@ -199,6 +251,12 @@ def strip(value: Any) -> Any:
     if isinstance(value, list):
         return [strip(v) for v in value]
     return value
+
+
+def normal(doc: dict[str, Any]) -> Any:
+    """A document as two runs of the same calls share it: volatile members dropped and
+    every fenced tool result unfenced (each call is fenced with a nonce of its own)."""
+    return strip(unfenced_document(doc))
 
 
 def finish(db: Path, run_id: str = RUN_ID) -> dict[str, Any]:
@@ -239,6 +297,11 @@ def baseline(agent_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert doc["result"] == "Done. The carrier was charged back 12.5 for order A-1."
     assert_valid(doc)
     assert_seq(events)
+    assert sorted(calls(db)) == sorted(BASELINE_CALLS)
+    [result] = results_of(doc, APPROVAL_CALL)
+    assert not result.get("isError"), result
+    [receipt] = receipts(db, "charge_back")
+    assert receipt.status == "Succeeded"
     return doc, events
 
 
@@ -288,17 +351,34 @@ def test_crash_then_resume_in_a_new_process_matches_an_uninterrupted_run(
     assert_valid(final_doc)
     assert_seq(final_events)
     base_doc, base_events = baseline
-    assert strip(final_doc) == strip(base_doc)
     assert [e.kind for e in final_events] == [e.kind for e in base_events]
-    # the approved tool ran exactly once in the final document
-    results = [
-        part
-        for msg in final_doc["messages"]
-        for part in msg["content"]
-        if part.get("type") == "tool_result" and part.get("toolCallId") == APPROVAL_CALL
-    ]
-    assert len(results) == 1
-    assert not results[0].get("isError"), results[0]
+    # the approved spend tool started once, whatever process ran it and wherever it died
+    assert calls(db).count("charge_back") == 1, calls(db)
+    if crash_in_tool is None:  # what a committed step ran is never run again
+        assert sorted(calls(db)) == sorted(BASELINE_CALLS), calls(db)
+    elif crash_in_tool == "fragile_report":  # a read cut off is run again, a new attempt
+        assert calls(db).count("fragile_report") == 2, calls(db)
+    [result] = results_of(final_doc, APPROVAL_CALL)
+    [receipt] = receipts(db, "charge_back")
+    if crash_in_tool != "charge_back":
+        assert receipt.status == "Succeeded"
+        assert not result.get("isError"), result
+        assert normal(final_doc) == normal(base_doc)
+        return
+    # killed inside the approved call: the resuming process found its claim without a
+    # receipt and its owner dead, and recorded the outcome as unknown instead of paying twice
+    assert receipt.status == "Uncertain"
+    assert receipt.receipt["error"]["code"] == "interrupted"
+    assert result["isError"] is True, result
+    assert "outcome of tool 'charge_back' is unknown" in result["content"]
+    assert "will not be retried automatically" in result["content"]
+    assert receipt.invocation_id in result["content"]  # what an operator must reconcile
+    # everything else is as in the uninterrupted run
+    expected = json.loads(json.dumps(base_doc))
+    [slot] = results_of(expected, APPROVAL_CALL)
+    slot.clear()
+    slot.update(result)
+    assert normal(final_doc) == normal(expected)
 
 
 def test_a_crash_after_the_last_commit_leaves_a_run_a_resume_leaves_alone(
@@ -315,7 +395,8 @@ def test_a_crash_after_the_last_commit_leaves_a_run_a_resume_leaves_alone(
     after = load(db)
     assert after[0] == before[0]
     assert [e.seq for e in after[1]] == [e.seq for e in before[1]]
-    assert strip(after[0]) == strip(baseline[0])
+    assert normal(after[0]) == normal(baseline[0])
+    assert calls(db).count("charge_back") == 1
 
 
 # --- decisions racing from two processes ------------------------------------------------
@@ -357,7 +438,7 @@ def race(tmp: Path, db: Path, *commands: list[str]) -> list[subprocess.Completed
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
-            env=env(),
+            env=env(db),
         )
         for i, cmd in enumerate(commands)
     ]

@@ -210,15 +210,21 @@ def schema(path: Path) -> dict[str, set[str]]:
     return found
 
 
+RUN_TABLES = {"runs", "events", "run_tags"}
+GOVERNANCE_TABLES = {"ledger", "invocations", "claims", "approvals", "receipts",
+                     "reconciliations", "artifacts", "checkpoints"}
+
+
 def test_migrations_create_what_every_named_query_needs(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     asyncio.run(SQLiteStore(path).close())
     assert schema(path) == {
-        "table": {"runs", "events", "run_tags"},
-        "index": {"runs_by_created", "runs_by_status", "run_tags_by_value"},
+        "table": RUN_TABLES | GOVERNANCE_TABLES,
+        "index": {"runs_by_created", "runs_by_status", "run_tags_by_value",
+                  "invocations_by_run", "receipts_by_status", "reconciliations_by_invocation"},
     }
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite.schema_version() >= 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite.schema_version() >= 2
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     queries = _sqlite.named_queries()
     assert {"create_run", "load_run", "save_run", "append_event", "list_runs"} <= set(queries)
@@ -234,12 +240,51 @@ def test_migrations_create_what_every_named_query_needs(tmp_path: Path) -> None:
     assert "SCAN runs" not in plans["list_runs_by_tags"]
 
 
+def test_migrations_create_what_every_governance_query_needs(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    asyncio.run(SQLiteStore(path).close())
+    conn = sqlite3.connect(path)
+    queries = _sqlite.named_queries("sqlite_governance.sql")
+    assert {"ledger_append", "insert_claim", "claim_of", "approval_for", "use_approval",
+            "insert_receipt", "list_receipts", "open_claims"} <= set(queries)
+    plans = {}
+    for name, sql in queries.items():
+        params = dict.fromkeys(re.findall(r":(\w+)", sql))
+        conn.execute("EXPLAIN " + sql, params).fetchall()
+        plans[name] = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    conn.close()
+    # the look-ups made for every tool call search by key, never scan
+    assert "PRIMARY KEY" in plans["claim_of"]
+    assert "SCAN" not in plans["claim_of"]
+    assert "SCAN" not in plans["approval_for"]
+    assert "SCAN" not in plans["load_invocation"]
+    assert "reconciliations_by_invocation" in plans["reconciliations"]
+
+
 def test_reopening_migrates_nothing_and_keeps_data(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     create(path, make_doc(), [Event("run_created", "t", {})], "m:a")
     first = snapshot(path)
     assert snapshot(path) == first
-    assert schema(path)["table"] == {"runs", "events", "run_tags"}
+    assert schema(path)["table"] == RUN_TABLES | GOVERNANCE_TABLES
+
+
+def test_a_version_1_database_is_migrated_to_the_governance_schema_keeping_its_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "x.db"
+    first = _sqlite._migrations()[:1]
+    with monkeypatch.context() as m:
+        m.setattr(_sqlite, "_migrations", lambda: first)
+        create(path, make_doc(), [Event("run_created", "t", {})], "m:a")
+        assert schema(path)["table"] == RUN_TABLES
+        before = snapshot(path)
+    after = snapshot(path)  # opened by the code that knows every migration
+    assert schema(path)["table"] == RUN_TABLES | GOVERNANCE_TABLES
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite.schema_version()
+    conn.close()
+    assert after == before
 
 
 def test_failed_migration_leaves_nothing_behind(

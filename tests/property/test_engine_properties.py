@@ -4,6 +4,9 @@ Every run goes through ``ValidatingStore(MemoryStore())``, which refuses to writ
 that fails ``oarlock validate``: a run that gets through proves every state it passed
 valid. Every decision is predicted (accepted, or refused and with which code) before it is
 made; a refusal must change nothing stored. Completed runs are replayed with ReplayModel.
+
+A successful tool result is fenced with a fresh nonce for every call, so an original and
+its replay are compared with every fenced result unfenced (``unfenced_document``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import oarlock
+from helpers import unfenced_document
 from oarlock.engine import TERMINAL, Agent, RetryPolicy, Runner
 from oarlock.errors import DecisionRefused, RunStateError
 from oarlock.formats import RunDocument, dump_run
@@ -139,6 +143,11 @@ async def snapshot(store: ValidatingStore, run_id: str) -> tuple[dict[str, Any],
     return dump_run(stored.document), stored.version, len(await store.events(run_id))
 
 
+async def ledger_length(store: ValidatingStore) -> int:
+    """How many records the governance store holds (approvals, invocations, receipts)."""
+    return len(await store.governance().ledger())
+
+
 async def finish(runner: Runner, drive: Drive,
                  replayed: list[tuple[str, str, dict[str, Any]]] | None = None) -> None:
     """Drive the run to a final status: answer what a human may answer and deny the rest
@@ -192,10 +201,12 @@ async def drive_run(runner: Runner, store: ValidatingStore, script_ops: list[Any
             drive.decisions.append((call_id, decision, kwargs))
             continue
         before = await snapshot(store, doc.id)
+        recorded = await ledger_length(store)
         with pytest.raises(DecisionRefused) as refused:
             await runner.decide(doc.id, call_id, decision, **kwargs)
         assert refused.value.code in reasons, (refused.value, reasons)
-        assert await snapshot(store, doc.id) == before  # a refusal changes nothing
+        assert await snapshot(store, doc.id) == before  # a refusal changes nothing ...
+        assert await ledger_length(store) == recorded  # ... not even in the governance store
         drive.refusals += 1
         if drive.doc.status in TERMINAL:
             break  # one refused decision on a finished run is enough
@@ -206,6 +217,12 @@ async def drive_run(runner: Runner, store: ValidatingStore, script_ops: list[Any
 def make_runner(model: Any, store: ValidatingStore, tools: list[Tool] = TOOLS) -> Runner:
     return Runner(Agent("agent", model, tools=tools), store,
                   retry=RetryPolicy(attempts=1, base_delay=0))
+
+
+def messages(doc: RunDocument) -> list[dict[str, Any]]:
+    """The messages of a run, every fenced tool result unfenced."""
+    result: list[dict[str, Any]] = unfenced_document(dump_run(doc))["messages"]
+    return result
 
 
 async def check_random_run(script: list[dict[str, Any]], script_ops: list[Any]) -> None:
@@ -226,6 +243,8 @@ async def check_random_run(script: list[dict[str, Any]], script_ops: list[Any]) 
 
 
 async def check_replay(original: RunDocument, drive: Drive) -> None:
+    """Replay the run with its decisions: no divergence, and the same messages (tool
+    results unfenced)."""
     store = ValidatingStore(MemoryStore())
     model = ReplayModel(original)
     runner = make_runner(model, store)
@@ -233,7 +252,7 @@ async def check_replay(original: RunDocument, drive: Drive) -> None:
     await finish(runner, replay, drive.decisions)
     assert replay.doc.status == "completed"
     assert model.divergences == []
-    assert dump_run(replay.doc)["messages"] == dump_run(original)["messages"]
+    assert messages(replay.doc) == messages(original)
 
 
 # -- the properties ----------------------------------------------------------------------------
@@ -244,6 +263,11 @@ async def check_replay(original: RunDocument, drive: Drive) -> None:
                             {"name": "pay", "arguments": {"amount": 1}}]},
             {"text": "final answer"}],
     script_ops=[("respond", 0, True), ("approve", 1, True)],
+)
+@example(  # a refused approval with a stray response, then a good approval of that call
+    script=[{"tool_calls": [{"name": "pay", "arguments": {"amount": 1}}]},
+            {"text": "final answer"}],
+    script_ops=[("approve_with_response", 0, True), ("approve", 0, True)],
 )
 def test_random_runs_and_decisions_keep_every_document_valid(
     script: list[dict[str, Any]], script_ops: list[Any],
@@ -292,7 +316,7 @@ def test_replay_against_the_same_tools_reproduces_the_run() -> None:
         assert replayed.result == original.result
         assert model.divergences == []
         assert assistant_messages(replayed) == assistant_messages(original)
-        assert dump_run(replayed)["messages"] == dump_run(original)["messages"]
+        assert messages(replayed) == messages(original)
 
     run(go())
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 import oarlock
+from helpers import result_text
 from oarlock.engine import Agent, Limits, RetryPolicy, Runner
 from oarlock.errors import ConfigError, DecisionRefused, RunStateError
 from oarlock.formats import dump_run
@@ -153,7 +154,8 @@ def test_tool_turns_then_final_answer_completes() -> None:
         assert await transitions(store, doc.id) == [("running", "completed")]
         results = [p for m in doc.messages if m.role == "user" for p in m.content
                    if p.type == "tool_result"]
-        assert [r.content for r in results] == ["value of k1", "value of k2"]
+        assert [result_text(r) for r in results] == ["value of k1", "value of k2"]
+        assert not any(r.is_error for r in results)
 
     run(go())
 

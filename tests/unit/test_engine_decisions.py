@@ -17,6 +17,8 @@ import oarlock
 from oarlock.engine import Agent, Runner
 from oarlock.errors import ConflictError, DecisionRefused
 from oarlock.formats import RunDocument, dump_run
+from oarlock.governance._records import Approval
+from oarlock.governance._store import GovernanceStore
 from oarlock.store import Event, RunSummary, StoredRun
 from oarlock.testing import MemoryStore, ScriptedModel, ValidatingStore
 from oarlock.tools import tool
@@ -71,13 +73,33 @@ WAITING_TURN = {"tool_calls": [
 ]}
 
 
+class YieldingGovernance:
+    """The governance store of a :class:`YieldingStore`: counts the approvals refused
+    because the call has one already (two approvals raced), delegates everything else."""
+
+    def __init__(self, inner: GovernanceStore, owner: YieldingStore) -> None:
+        self.inner, self.owner = inner, owner
+
+    async def record_approval(self, approval: Approval) -> None:
+        try:
+            await self.inner.record_approval(approval)
+        except ConflictError:
+            self.owner.conflicts += 1
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 class YieldingStore:
     """Gives the event loop away inside every load and save, so that two operations
-    started together really interleave (read, read, write, write); counts conflicts."""
+    started together really interleave (read, read, write, write); counts conflicts, in
+    the runs and in the governance store."""
 
     def __init__(self, inner: ValidatingStore) -> None:
         self.inner = inner
         self.conflicts = 0
+        self._governance = YieldingGovernance(inner.governance(), self)
 
     async def create(self, document: RunDocument, events: list[Event], *,
                      agent_ref: str | None = None) -> int:
@@ -104,6 +126,9 @@ class YieldingStore:
                         limit: int = 100) -> list[RunSummary]:
         return await self.inner.list_runs(status=status, tags=tags, limit=limit)
 
+    def governance(self) -> Any:
+        return self._governance
+
     async def close(self) -> None:
         await self.inner.close()
 
@@ -123,12 +148,18 @@ async def snapshot(store: Any, run_id: str) -> tuple[dict[str, Any], int, int]:
 
 
 async def refused(runner: Runner, run_id: str, call_id: str, decision: Any,
-                  **kwargs: Any) -> DecisionRefused:
-    """Asserts the decision is refused and that nothing stored changed; returns the error."""
+                  expect: str | None = None, **kwargs: Any) -> DecisionRefused:
+    """Asserts the decision is refused (with code ``expect``, if given) and that nothing
+    stored changed: not the run (document, version, events), nor the governance ledger,
+    where an approval is recorded before the run takes it. Returns the error."""
     before = await snapshot(runner.store, run_id)
+    ledger = await runner.store.governance().ledger()
     with pytest.raises(DecisionRefused) as caught:
         await runner.decide(run_id, call_id, decision, **kwargs)
     assert await snapshot(runner.store, run_id) == before
+    if expect is not None:
+        assert caught.value.code == expect
+    assert await runner.store.governance().ledger() == ledger
     return caught.value
 
 
@@ -190,11 +221,31 @@ def test_malformed_decisions_are_refused_with_their_own_codes(
 
     async def go() -> None:
         doc = await runner.start("q")
-        error = await refused(runner, doc.id, call_id, decision, **kwargs)
+        error = await refused(runner, doc.id, call_id, decision, code, **kwargs)
         assert error.code == code
         assert error.code != DecisionRefused.code  # never just the class default
 
     run(go())
+
+
+def test_a_refused_approval_leaves_the_call_open_for_a_good_one() -> None:
+    # the approval is kept in the governance store before the run records it: a refused
+    # one must not be kept, or every later approval of the call would be already decided
+    runner, store = make()
+
+    async def then_approve() -> None:
+        doc = await runner.start("q")
+        error = await refused(runner, doc.id, "c_ask", "approved", response="an answer")
+        assert error.code == "response_needs_responded"
+        doc = await runner.decide(doc.id, "c_ask", "approved")
+        assert [a.decision for a in doc.pending_approvals if a.tool_call_id == "c_ask"] == [
+            "approved"]
+        kept, used_by = await store.governance().approval_for(doc.id, "c_ask")
+        assert (kept.tool_call_id, used_by) == ("c_ask", None)
+        assert len([e for e in await store.governance().ledger()
+                    if e.kind == "approval"]) == 1
+
+    run(then_approve())
 
 
 def test_second_decision_on_a_decided_call_is_refused() -> None:
@@ -280,7 +331,7 @@ def test_two_concurrent_decisions_on_one_call_exactly_one_wins(first: str, secon
             runner.decide(doc.id, "c_refund", first, reason="one"),
             runner.decide(doc.id, "c_refund", second, reason="two"),
             return_exceptions=True)
-        assert store.conflicts >= 1  # the two really raced
+        assert store.conflicts >= 1  # the two really raced (for the run or the approval)
         won = [o for o in outcomes if isinstance(o, RunDocument)]
         lost = [o for o in outcomes if isinstance(o, BaseException)]
         assert len(won) == 1
@@ -295,6 +346,12 @@ def test_two_concurrent_decisions_on_one_call_exactly_one_wins(first: str, secon
         decided = [e for e in (await store.events(doc.id))[len(before):]
                    if e.kind == "approval_decided"]
         assert [(e.data["decision"], e.data["reason"]) for e in decided] == [(decision, reason)]
+        # a winning approval is on record in the governance store, once
+        if decision == "approved":
+            kept, used_by = await store.governance().approval_for(doc.id, "c_refund")
+            assert (kept.tool_call_id, kept.decided_by, used_by) == ("c_refund", "human", None)
+        approvals = [e for e in await store.governance().ledger() if e.kind == "approval"]
+        assert len(approvals) <= 1
 
     run(go())
 
@@ -329,10 +386,29 @@ def test_two_concurrent_decisions_on_the_only_approval() -> None:
             runner.decide(doc.id, "c_refund", "approved"),
             runner.decide(doc.id, "c_refund", "denied"), return_exceptions=True)
         assert store.conflicts >= 1
+        won = [o for o in outcomes if isinstance(o, RunDocument)]
         lost = [o for o in outcomes if isinstance(o, BaseException)]
+        assert len(won) == 1
         assert len(lost) == 1
         assert isinstance(lost[0], DecisionRefused)
-        assert lost[0].code == "already_decided"
+        approved_won = isinstance(outcomes[0], RunDocument)
+        # an approval leaves the call listed as decided until the approved call runs; a
+        # denial of the only approval settles the run at once, so the call is no longer
+        # waiting at all when the approval re-reads the run
+        assert lost[0].code == ("already_decided" if approved_won else "run_not_waiting")
+        events = await store.events(doc.id)
+        assert [e.data["decision"] for e in events if e.kind == "approval_decided"] == [
+            "approved" if approved_won else "denied"]
+        doc = await runner.resume(doc.id)
+        assert doc.status == "completed"
+        result = doc.messages[2].content[0]
+        if approved_won:
+            assert RAN == [("refund", {"order_id": "A1", "amount": 80})]
+            assert not result.is_error
+        else:  # the losing approval never makes the denied call run
+            assert RAN == []
+            assert result.is_error
+            assert "denied" in result.content
 
     run(go())
 

@@ -14,8 +14,11 @@ from typing import Any, TypeVar
 import pytest
 
 import oarlock
+from helpers import result_text
 from oarlock.engine import Agent, RetryPolicy, Runner
+from oarlock.errors import ConfigError
 from oarlock.formats import dump_run
+from oarlock.governance._policy import RulePolicy
 from oarlock.models import ModelRequest, ModelResponse
 from oarlock.testing import MemoryStore, ScriptedModel, ValidatingStore
 from oarlock.tools import CAUTIOUS_CLASS, Tool, tool
@@ -175,11 +178,15 @@ def test_one_turn_with_every_kind_of_call(with_responded: bool) -> None:
 
         ok = results["c_lookup"]
         assert not ok.is_error
-        assert ok.content == '{"key": "a", "value": "A"}'
+        assert result_text(ok) == '{"key": "a", "value": "A"}'
+        # what a tool returned reaches the model fenced as untrusted data, a nonce per call
+        assert ok.content.startswith('<untrusted-tool-result id="')
 
         refunded = results["c_refund"]
         assert not refunded.is_error
-        assert refunded.content == "refunded 30 on A1"
+        assert result_text(refunded) == "refunded 30 on A1"
+        assert refunded.content.startswith('<untrusted-tool-result id="')
+        assert refunded.content.splitlines()[0] != ok.content.splitlines()[0]
         assert ("refund", {"order_id": "A1", "amount": 30}) in CALLED  # the EDITED arguments
         assert ("refund", {"order_id": "A1", "amount": 80}) not in CALLED
 
@@ -208,6 +215,8 @@ def test_one_turn_with_every_kind_of_call(with_responded: bool) -> None:
 
         raised = results["c_boom"]
         assert raised.is_error
+        assert "untrusted-tool-result" not in raised.content  # errors are not fenced
+        assert "Tool 'boom' failed" in raised.content
         assert "kaboom: disk on fire" in raised.content
         assert "ValueError" in raised.content
         assert "Traceback" not in raised.content
@@ -278,7 +287,7 @@ def test_the_approved_call_keeps_its_original_arguments_in_the_assistant_message
         assert CALLED.count(("refund", {"order_id": "Z", "amount": 1})) == 1
         assert CALLED.count(("delete_account", {"user": "u1"})) == 1
         assert CALLED.count(("ask_expert", {"question": "which one?"})) == 1
-        assert doc.messages[2].content[5].content == "the tool itself answered"
+        assert result_text(doc.messages[2].content[5]) == "the tool itself answered"
 
     run(go())
 
@@ -334,7 +343,7 @@ def test_auto_run_calls_run_concurrently() -> None:
         doc = await runner.start("q")
         assert doc.status == "completed"
         results = doc.messages[2].content
-        assert [(r.content, r.is_error) for r in results] == [
+        assert [(result_text(r), r.is_error) for r in results] == [
             ("left met right", False), ("right met left", False)]
 
     run(go())
@@ -353,7 +362,7 @@ def test_approved_calls_run_concurrently() -> None:
         doc = await runner.resume(doc.id)
         assert doc.status == "completed"
         results = doc.messages[2].content
-        assert [(r.content, r.is_error) for r in results] == [
+        assert [(result_text(r), r.is_error) for r in results] == [
             ("left met right", False), ("right met left", False)]
 
     run(go())
@@ -387,13 +396,15 @@ def test_sync_tools_run_and_do_not_block_the_event_loop() -> None:
                     ValidatingStore(MemoryStore()))
     doc = run(runner.start("q"))
     assert doc.status == "completed"
-    assert [r.content for r in doc.messages[2].content] == ["5", "released", "set"]
+    assert [result_text(r) for r in doc.messages[2].content] == ["5", "released", "set"]
 
 
 # -- who needs approval ------------------------------------------------------------------------
-@tool(side_effect="spend", needs_approval=lambda args: args["amount"] > 50)
+# A predicate can only add the need for a human to a tool that needs none by its class
+# (``read`` and ``sandbox``); ``shared-write`` and above always need an approval.
+@tool(side_effect="sandbox", needs_approval=lambda args: args["amount"] > 50)
 def pay(amount: int) -> str:
-    """Pays."""
+    """Pays (play money, in a sandbox)."""
     CALLED.append(("pay", {"amount": amount}))
     return f"paid {amount}"
 
@@ -419,11 +430,29 @@ def test_needs_approval_as_a_predicate_over_the_arguments() -> None:
         doc = await runner.resume(doc.id)
         assert sorted(a["amount"] for _, a in CALLED) == [10, 50, 51]
         assert doc.status == "completed"
-        assert [r.content for r in doc.messages[2].content][:3] == [
+        assert [result_text(r) for r in doc.messages[2].content][:3] == [
             "paid 10", "paid 51", "paid 50"]
         assert doc.messages[2].content[3].is_error
 
     run(go())
+
+
+def test_a_predicate_cannot_waive_the_approval_of_a_spend_tool() -> None:
+    @tool(side_effect="spend", needs_approval=lambda args: args["amount"] > 50)
+    def spend(amount: int) -> str:
+        """Spends real money."""
+        CALLED.append(("spend", {"amount": amount}))
+        return f"spent {amount}"
+
+    model = ScriptedModel([{"tool_calls": [
+        {"name": "spend", "arguments": {"amount": 10}},
+        {"name": "spend", "arguments": {"amount": 500}}]}, {"text": "ok"}])
+    runner = Runner(Agent("agent", model, tools=[spend]), ValidatingStore(MemoryStore()))
+    doc = run(runner.start("q"))
+    assert doc.status == "waiting_approval"
+    assert [a.tool_call_id for a in doc.pending_approvals] == ["call_1_1", "call_1_2"]
+    assert doc.buffered_tool_results == []
+    assert CALLED == []
 
 
 def test_undeclared_side_effect_defaults_to_spend_and_needs_approval() -> None:
@@ -464,10 +493,17 @@ def test_default_approval_by_side_effect_class(side_effect: Any, needs: bool) ->
     assert t.requires_approval({"x": "1"}) is needs
 
 
-def test_needs_approval_flag_overrides_the_class() -> None:
-    @tool(side_effect="spend", needs_approval=False)
+def test_needs_approval_flag_adds_a_human_and_a_policy_rule_waives_one() -> None:
+    # needs_approval=False cannot waive the approval of a spend tool: a policy rule can
+    def waived(x: str) -> str:
+        return x
+
+    with pytest.raises(ConfigError, match="policy rule"):
+        tool(name="cheap", side_effect="spend", needs_approval=False)(waived)
+
+    @tool(side_effect="spend")
     def cheap(x: str) -> str:
-        """No human needed."""
+        """No human needed: the policy allows it."""
         return x
 
     @tool(side_effect="read", needs_approval=True)
@@ -475,14 +511,26 @@ def test_needs_approval_flag_overrides_the_class() -> None:
         """A human needed."""
         return x
 
+    policy = RulePolicy.from_dict({"policy": "cheap-is-fine", "rules": [
+        {"id": "allow-cheap", "effect": "allow", "match": {"tool": "cheap"}}]})
     model = ScriptedModel([{"tool_calls": [{"name": "cheap", "arguments": {"x": "1"}},
                                            {"name": "secret", "arguments": {"x": "2"}}]},
                            {"text": "ok"}])
-    doc = run(Runner(Agent("agent", model, tools=[cheap, secret]),
-                     ValidatingStore(MemoryStore())).start("q"))
-    assert doc.status == "waiting_approval"
-    assert [a.tool_name for a in doc.pending_approvals] == ["secret"]
-    assert [r.tool_name for r in doc.buffered_tool_results] == ["cheap"]
+    store = ValidatingStore(MemoryStore())
+    runner = Runner(Agent("agent", model, tools=[cheap, secret], policy=policy), store)
+
+    async def go() -> None:
+        doc = await runner.start("q")
+        assert doc.status == "waiting_approval"
+        assert [a.tool_name for a in doc.pending_approvals] == ["secret"]
+        assert [r.tool_name for r in doc.buffered_tool_results] == ["cheap"]
+        assert [result_text(r) for r in doc.buffered_tool_results] == ["1"]
+        # the rule's allow is a standing approval, recorded as decided by that rule
+        approval, used_by = await store.governance().approval_for(doc.id, "call_1_1")
+        assert (approval.decided_by, approval.principal) == ("policy", "allow-cheap")
+        assert used_by is not None
+
+    run(go())
 
 
 def test_repeated_call_ids_from_the_model_are_made_unique() -> None:
@@ -497,9 +545,9 @@ def test_repeated_call_ids_from_the_model_are_made_unique() -> None:
     ids = [c.id for m in doc.messages if m.role == "assistant" for c in m.tool_calls]
     assert len(set(ids)) == 3
     assert ids[0] == "dup"
-    results = [(p.tool_call_id, p.content) for m in doc.messages if m.role == "user"
-               for p in m.content if p.type == "tool_result"]
-    assert [r[0] for r in results] == ids
-    assert [r[1] for r in results] == ['{"key": "a", "value": "A"}',
-                                       '{"key": "b", "value": "B"}',
-                                       '{"key": "c", "value": "C"}']
+    parts = [p for m in doc.messages if m.role == "user" for p in m.content
+             if p.type == "tool_result"]
+    assert [p.tool_call_id for p in parts] == ids
+    assert [result_text(r) for r in parts] == ['{"key": "a", "value": "A"}',
+                                             '{"key": "b", "value": "B"}',
+                                             '{"key": "c", "value": "C"}']

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from oarlock.errors import ConfigError
@@ -56,3 +58,38 @@ def test_a_parameter_without_a_hint_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="needs a type hint"):
         tool(bare)
+
+
+@pytest.mark.parametrize(
+    "side_effect", ["shared-write", "external", "production", "publication", "spend"]
+)
+def test_needs_approval_false_on_a_cautious_tool_is_refused_naming_the_policy(
+    side_effect: Any,
+) -> None:
+    with pytest.raises(ConfigError, match="needs_approval=False") as caught:
+        tool(side_effect=side_effect, needs_approval=False)(refund)
+    message = str(caught.value)
+    assert "'refund'" in message
+    assert repr(side_effect) in message
+    assert "policy rule" in message  # the alternative: a standing approval from policy
+
+
+def test_needs_approval_false_on_an_undeclared_tool_is_refused() -> None:
+    # no class declared: the most cautious one, spend, whose approval cannot be waived
+    with pytest.raises(ConfigError, match="policy rule"):
+        tool(needs_approval=False)(refund)
+
+
+@pytest.mark.parametrize("side_effect", ["read", "sandbox"])
+def test_needs_approval_false_on_a_safe_tool_is_accepted(side_effect: Any) -> None:
+    t = tool(side_effect=side_effect, needs_approval=False)(refund)
+    assert not t.requires_approval({"amount": 1.0})
+
+
+def test_a_predicate_cannot_waive_the_approval_of_a_cautious_tool() -> None:
+    t = tool(side_effect="spend", needs_approval=lambda a: a["amount"] > 50)(refund)
+    assert t.requires_approval({"amount": 1.0})
+    assert t.requires_approval({"amount": 100.0})
+    safe = tool(side_effect="read", needs_approval=lambda a: a["amount"] > 50)(refund)
+    assert not safe.requires_approval({"amount": 1.0})
+    assert safe.requires_approval({"amount": 100.0})

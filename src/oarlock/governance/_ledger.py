@@ -158,6 +158,10 @@ def entry_hash(seq: int, kind: str, at: str, body: Mapping[str, Any], prev_hash:
     return digest({"seq": seq, "kind": kind, "at": at, "body": body, "prevHash": prev_hash})
 
 
+def _plain(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
 def entry_hash_canonical(seq: int, kind: str, at: str, body_jcs: bytes, prev_hash: str) -> str:
     """:func:`entry_hash` from the body's JCS bytes, which a store keeps anyway.
 
@@ -165,9 +169,9 @@ def entry_hash_canonical(seq: int, kind: str, at: str, body_jcs: bytes, prev_has
     ``seq``) with canonical values, so the entry's form is those members around the body's
     own canonical bytes; property tests hold it byte-identical to :func:`entry_hash`."""
     head = {"at": at, "kind": kind, "prevHash": prev_hash, "seq": seq}
-    if not (at.isascii() and kind.isascii() and prev_hash.isascii() and abs(seq) < 2**53):
+    if not (_plain(at) and _plain(kind) and _plain(prev_hash) and abs(seq) < 2**53):
         return entry_hash(seq, kind, at, json.loads(body_jcs), prev_hash)
-    # ASCII strings and safe integers: json's compact form is their JCS form
+    # printable ASCII and safe integers: json's compact form is their JCS form
     text = json.dumps(head, separators=(",", ":"))
     at_end = text.index(',"kind":')
     return digest_bytes(text[:at_end].encode() + b',"body":' + body_jcs + text[at_end:].encode())

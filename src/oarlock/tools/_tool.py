@@ -165,9 +165,13 @@ class Tool:
         return {k: getattr(parsed, k) for k in type(parsed).model_fields}
 
     def requires_approval(self, arguments: dict[str, Any]) -> bool:
+        """Whether the tool itself asks for a human: always for ``shared-write`` and
+        above; for ``read`` and ``sandbox`` when its rule says so."""
         rule = self.needs_approval
+        if self.side_effect not in ("read", "sandbox"):
+            return True
         if rule is None:
-            return self.side_effect not in ("read", "sandbox")
+            return False
         if isinstance(rule, bool):
             return rule
         return bool(rule(arguments))

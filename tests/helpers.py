@@ -1,0 +1,58 @@
+"""Small helpers shared by the engine tests.
+
+A successful tool result reaches the model sanitized and fenced as untrusted data
+(``<untrusted-tool-result id="NONCE">``, a notice line, the text, the closing line), with
+a fresh nonce for every call; an error result is sanitized only. These helpers give the
+text back, so that tests can compare what a tool said rather than the random fence.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from oarlock.governance._sanitize import unfence
+
+
+def result_text(part: Any) -> str:
+    """The text of a tool's result: unfenced when it succeeded, as is when it is an error.
+
+    Raises ``ValueError`` when a successful result is not exactly one fenced block, so a
+    result that escaped the fence fails the test instead of passing unnoticed."""
+    if part.is_error:
+        return str(part.content)
+    return unfence(part.content)
+
+
+def result_texts(parts: Any) -> list[str]:
+    """:func:`result_text` of every tool result among ``parts``, in order."""
+    return [result_text(p) for p in parts if p.type == "tool_result"]
+
+
+_OPENING = '<untrusted-tool-result id="'
+
+
+def _unfence_json(part: dict[str, Any]) -> None:
+    content = part.get("content")
+    fenced = isinstance(content, str) and content.startswith(_OPENING)
+    if part.get("type") == "tool_result" and fenced:
+        assert not part.get("isError"), "an error result is never fenced"
+        part["content"] = {"unfenced": unfence(content)}  # raises if malformed
+
+
+def unfenced_document(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a dumped run document (``dump_run``) in which every fenced tool result,
+    in the messages and in the buffered results, is replaced by ``{"unfenced": text}``,
+    so that two runs that made the same calls compare equal although every call got its
+    own nonce, while a fenced result still differs from an unfenced one (a human's
+    response is not fenced: it did not come from a tool)."""
+    doc = copy.deepcopy(dumped)
+    for message in doc.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict):
+                    _unfence_json(part)
+    for part in doc.get("bufferedToolResults", []):
+        _unfence_json(part)
+    return doc
