@@ -21,6 +21,7 @@ stable ``code`` (a short snake_case name a caller can match on) next to its mess
     ├── ModelError                   a model provider failed (after retries)
     │   └── RetryableModelError      rate limit or server error, may be retried
     └── ToolError                    a tool could not be found, called or completed
+        └── OutcomeUnknown           a tool cannot tell whether its effect happened
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "ModelError",
     "NotFound",
     "OarlockError",
+    "OutcomeUnknown",
     "RetryableModelError",
     "RunStateError",
     "StoreError",
@@ -145,3 +147,11 @@ class RetryableModelError(ModelError):
 
 class ToolError(OarlockError):
     code = "tool_error"
+
+
+class OutcomeUnknown(ToolError):
+    """Raised by a tool whose call may or may not have taken effect (a connection lost
+    mid-call, a server that crashed). The governed executor records a side-effecting call
+    that raises it as Uncertain, never as Failed."""
+
+    code = "outcome_unknown"

@@ -430,3 +430,30 @@ async def test_an_in_progress_duplicate_waits_then_is_refused(env) -> None:
     assert log == []
     held = await store.claim_of("acme", "lookup", "run:run-1:call:c1")
     assert isinstance(held, ClaimHeld) and held.receipt is None
+
+
+async def test_a_tool_that_cannot_tell_its_outcome_is_uncertain_when_it_has_effects(env) -> None:
+    from oarlock.errors import OutcomeUnknown
+
+    store, _, _ = env
+
+    @tool(side_effect="external")
+    def post(text: str) -> str:
+        """Posts somewhere far away."""
+        raise OutcomeUnknown("the connection dropped after the request was sent")
+
+    @tool(side_effect="read")
+    def fetch(text: str) -> str:
+        """Reads somewhere far away."""
+        raise OutcomeUnknown("the connection dropped")
+
+    allow = RulePolicy.from_dict(
+        {"policy": "p", "rules": [{"id": "all", "effect": "allow", "reason": "t"}]}
+    )
+    ex = GovernedExecutor(store, policy=allow)
+    posted = await ex.execute(post, call("post", {"text": "x"}, "p1"), {"text": "x"}, CTX)
+    fetched = await ex.execute(fetch, call("fetch", {"text": "x"}, "f1"), {"text": "x"}, CTX)
+    assert posted.is_error and "unknown" in posted.content
+    assert fetched.is_error and "connection dropped" in fetched.content
+    statuses = {i.invocation["toolId"]: i.receipt["status"] for i in await store.receipts()}
+    assert statuses == {"post": "Uncertain", "fetch": "Failed"}

@@ -34,7 +34,13 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from oarlock.errors import CanonicalizationError, ConflictError, NotFound, OarlockError
+from oarlock.errors import (
+    CanonicalizationError,
+    ConflictError,
+    NotFound,
+    OarlockError,
+    OutcomeUnknown,
+)
 from oarlock.formats._fastvalid import ensure_valid_fast
 from oarlock.formats._jcs import canonicalize, digest
 from oarlock.formats._models import ToolCallPart, ToolResultPart
@@ -412,7 +418,9 @@ class GovernedExecutor:
             raise
         except Exception as exc:
             code = exc.code if isinstance(exc, OarlockError) else type(exc).__name__
-            out.status, out.error = "Failed", (code, f"{type(exc).__name__}: {exc}")
+            unknown = isinstance(exc, OutcomeUnknown) and side_effecting
+            out.status = "Uncertain" if unknown else "Failed"
+            out.error = (code, f"{type(exc).__name__}: {exc}")
             return await self._close(c, out)
         out.status = "Succeeded"
         if isinstance(value, ToolOutput):
