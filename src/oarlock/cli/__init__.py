@@ -83,6 +83,12 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("input", metavar="INPUT")
     p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="tag the run")
     p.add_argument("--detach", action="store_true", help="run in the background")
+    p.add_argument(
+        "--model",
+        metavar="MODEL",
+        help="run the agent file unchanged against another model "
+        "(e.g. openai-compatible:qwen2.5@http://127.0.0.1:11434/v1); kept for resumes",
+    )
     _run_action(p, "run")
 
     runs = sub.add_parser("runs", help="list, show and export stored runs")

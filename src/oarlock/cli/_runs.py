@@ -21,6 +21,7 @@ from oarlock.engine._runner import Runner, cancel_run
 from oarlock.errors import OarlockError
 from oarlock.formats._codec import dump
 from oarlock.formats._models import RunDocument
+from oarlock.models._registry import load_model
 from oarlock.store._base import Event, RunStore
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
@@ -60,8 +61,14 @@ def _progress(doc: RunDocument, events: list[Event]) -> None:
     sys.stderr.flush()
 
 
+def _stream(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
 def _runner(agent: Agent, store: RunStore) -> Runner:
-    return Runner(agent, store, on_commit=_progress, watch_interval=0.25)
+    on_text = _stream if sys.stderr.isatty() else None
+    return Runner(agent, store, on_commit=_progress, watch_interval=0.25, on_text=on_text)
 
 
 async def _with_store(args: argparse.Namespace, work: Callable[[RunStore], Awaitable[T]]) -> T:
@@ -73,13 +80,26 @@ async def _with_store(args: argparse.Namespace, work: Callable[[RunStore], Await
 
 
 async def _agent_of(store: RunStore, run_id: str) -> Agent:
+    """The run's agent, from its agent file, with the model the run was started with
+    (``run --model`` may have named another than the file's)."""
     stored = await store.load(run_id)
     if not stored.agent_ref:
         raise OarlockError(
             f"run {run_id} has no agent file on record; resume it from Python with its Agent",
             code="no_agent_ref",
         )
-    return load_agent(stored.agent_ref)
+    agent = load_agent(stored.agent_ref)
+    model = stored.document.model
+    if model != agent.model.model_id:
+        agent = agent.with_model(load_model(model, Path(stored.agent_ref).parent))
+    return agent
+
+
+def _load(agent_file: str, model: str | None) -> Agent:
+    agent = load_agent(agent_file)
+    if model is not None and model != agent.model.model_id:
+        agent = agent.with_model(load_model(model, Path.cwd()))
+    return agent
 
 
 def _finish(doc: RunDocument) -> int:
@@ -89,9 +109,9 @@ def _finish(doc: RunDocument) -> int:
 
 async def _run(args: argparse.Namespace, store: RunStore) -> int:
     agent_file = str(Path(args.agent_file).resolve())
-    agent = load_agent(agent_file)
-    runner = _runner(agent, store)
+    agent = _load(agent_file, args.model)
     if args.detach:
+        runner = _runner(agent, store)
         doc, _ = await runner.create(args.input, tags=_tags(args.tag), agent_ref=agent_file)
         log = _db(args).with_suffix(f".{doc.id}.log")
         with open(log, "ab") as fh:
@@ -104,7 +124,10 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
             )
         print(f"run {doc.id} started in the background (log: {log})")
         return EXIT_OK
-    doc = await runner.start(args.input, tags=_tags(args.tag), agent_ref=agent_file)
+    async with agent.connected():
+        doc = await _runner(agent, store).start(
+            args.input, tags=_tags(args.tag), agent_ref=agent_file
+        )
     return _finish(doc)
 
 
@@ -134,7 +157,12 @@ async def _export(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _decide(args: argparse.Namespace, store: RunStore) -> int:
-    runner = _runner(await _agent_of(store, args.run_id), store)
+    agent = await _agent_of(store, args.run_id)
+    async with agent.connected():
+        return await _decide_with(args, _runner(agent, store))
+
+
+async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
     edited = None
     if getattr(args, "edit", None):
         try:
@@ -160,8 +188,10 @@ async def _decide(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _resume(args: argparse.Namespace, store: RunStore) -> int:
-    runner = _runner(await _agent_of(store, args.run_id), store)
-    return _finish(await runner.resume(args.run_id))
+    agent = await _agent_of(store, args.run_id)
+    async with agent.connected():
+        doc = await _runner(agent, store).resume(args.run_id)
+    return _finish(doc)
 
 
 async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
@@ -178,9 +208,10 @@ async def _replay(args: argparse.Namespace, store: RunStore) -> int:
     model = ReplayModel(stored.document)
     runner = Runner(base.with_model(model), store, replay_of=args.run_id)
     tags = {**(stored.document.tags or {}), "replay_of": args.run_id}
-    doc = await runner.start(stored.document.input, tags=tags, agent_ref=stored.agent_ref)
-    while doc.status == "waiting_approval":
-        doc = await _replay_decisions(runner, doc, store, args.run_id)
+    async with runner.agent.connected():
+        doc = await runner.start(stored.document.input, tags=tags, agent_ref=stored.agent_ref)
+        while doc.status == "waiting_approval":
+            doc = await _replay_decisions(runner, doc, store, args.run_id)
     print(
         f"replay run {doc.id}: {doc.status} after {doc.turns} turns "
         f"(original: {stored.document.status} after {stored.document.turns})"

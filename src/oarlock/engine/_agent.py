@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import ConfigError
 from oarlock.governance._policy import PolicyEngine
 from oarlock.models._base import ModelAdapter
 from oarlock.models._pricing import Price, PricingTable
 from oarlock.tools._tool import Tool, Toolset
+
+if TYPE_CHECKING:
+    from oarlock.tools._mcp import MCPServerConfig
 
 __all__ = ["Agent", "Limits"]
 
@@ -56,6 +60,7 @@ class Agent:
         principal: str | None = None,
         labels: Mapping[str, str] | None = None,
         policy: PolicyEngine | None = None,
+        mcp_servers: Sequence[MCPServerConfig] = (),
     ) -> None:
         if not name:
             raise ConfigError("an agent needs a name")
@@ -66,6 +71,7 @@ class Agent:
         if not tenant:
             raise ConfigError("an agent's tenant must not be empty")
         self.tenant, self.policy = tenant, policy
+        self.mcp_servers = tuple(mcp_servers)
         scope: dict[str, Any] = {"tenantId": tenant}
         for key, value in (
             ("projectId", project),
@@ -87,3 +93,21 @@ class Agent:
         other.model = model
         other.price = self.pricing.price(model.model_id)
         return other
+
+    @contextlib.asynccontextmanager
+    async def connected(self) -> AsyncIterator[Agent]:
+        """The agent with its MCP servers started and their tools (``server.tool``) added;
+        the servers stop when the block ends. Without MCP servers, the agent as it is."""
+        if not self.mcp_servers:
+            yield self
+            return
+        from oarlock.tools._mcp import connect_mcp
+
+        async with await connect_mcp(list(self.mcp_servers)) as mcp:
+            for t in mcp.tools:
+                self.tools.add(t)
+            try:
+                yield self
+            finally:
+                for t in mcp.tools:
+                    self.tools.remove(t.name)

@@ -3,7 +3,9 @@
 ```yaml
 name: refund-desk
 instructions: You resolve refund requests.
-model: scripted:refund-desk.script.yaml    # scripted:PATH is relative to this file
+model: scripted:refund-desk.script.yaml    # scripted:PATH is relative to this file; or
+# model: openai:gpt-4.1 | anthropic:claude-sonnet-4-5 | openai-compatible:qwen2.5@http://127.0.0.1:11434/v1
+model_options: {timeout: 60}               # passed to the adapter (see oarlock.models)
 tenant: acme
 scope: {project: billing, environment: prod, principal: svc-refunds, labels: {team: cx}}
 policy: refund-policy.yaml                 # a rule policy (relative to this file); or
@@ -16,6 +18,8 @@ tools:
     allow_response: false
     timeout_seconds: 10
     idempotency_key: oarlock.demo.refund_desk:refund_key   # a key from the arguments
+mcp_servers:                               # MCP tools, named server.tool (see oarlock.tools)
+  files: {command: [python, files_server.py], side_effects: {delete: production}}
 limits: {max_turns: 10, max_cost_usd: 0.50, max_input_tokens: 100000, max_output_tokens: 20000}
 pricing:
   "openai:my-finetune": {input_per_million: 3.0, output_per_million: 12.0}
@@ -28,14 +32,17 @@ import dataclasses
 import importlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oarlock.engine._agent import Agent, Limits
 from oarlock.errors import ConfigError
 from oarlock.governance._policy import PolicyEngine, RulePolicy
-from oarlock.models._base import ModelAdapter
 from oarlock.models._pricing import PricingTable
+from oarlock.models._registry import load_model
 from oarlock.tools._tool import Tool, tool
+
+if TYPE_CHECKING:
+    from oarlock.tools._mcp import MCPServerConfig
 
 __all__ = ["load_agent", "load_model", "load_policy", "resolve_import"]
 
@@ -43,6 +50,8 @@ _TOP = {
     "name",
     "instructions",
     "model",
+    "model_options",
+    "mcp_servers",
     "tenant",
     "scope",
     "policy",
@@ -75,17 +84,6 @@ def resolve_import(path: str, where: str) -> Any:
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"{where}: cannot import {path!r}: {exc}") from None
     return obj
-
-
-def load_model(spec: str, base: Path) -> ModelAdapter:
-    """A model from its string: ``scripted:PATH`` (relative to ``base``)."""
-    provider, _, rest = spec.partition(":")
-    if provider == "scripted" and rest:
-        from oarlock.models._scripted import ScriptedModel
-
-        path = Path(rest)
-        return ScriptedModel.from_file(path if path.is_absolute() else base / path)
-    raise ConfigError(f"unknown model {spec!r}: this version runs scripted:PATH models")
 
 
 def _mapping(value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
@@ -125,6 +123,24 @@ def _tool(entry: Any, index: int) -> Tool:
             raise ConfigError(f"{where}.needs_approval must be true, false or an import path")
         changes["needs_approval"] = rule
     return dataclasses.replace(t, **changes) if changes else t
+
+
+def _options(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError("model_options must be a mapping")
+    return value
+
+
+def _mcp_servers(value: Any, base: Path) -> list[MCPServerConfig]:
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        raise ConfigError("mcp_servers must map server names to their settings")
+    from oarlock.tools._mcp import MCPServerConfig
+
+    return [MCPServerConfig.from_dict(str(n), c, base_dir=base) for n, c in value.items()]
 
 
 def load_policy(spec: Any, base: Path) -> PolicyEngine | None:
@@ -182,13 +198,14 @@ def load_agent(path: str | Path) -> Agent:
             raise ConfigError("'tools' must be a list")
         return Agent(
             spec["name"],
-            load_model(spec["model"], file.parent),
+            load_model(spec["model"], file.parent, _options(spec.get("model_options"))),
             instructions=str(spec.get("instructions") or ""),
             tools=[_tool(t, i) for i, t in enumerate(tools)],
             limits=Limits(**limits),
             tenant=str(spec.get("tenant") or "default"),
             **_scope(spec.get("scope")),
             policy=load_policy(spec.get("policy"), file.parent),
+            mcp_servers=_mcp_servers(spec.get("mcp_servers"), file.parent),
             prices=PricingTable.parse(spec.get("pricing") or {}),
         )
     except ConfigError as exc:

@@ -26,7 +26,7 @@ from oarlock.errors import ConflictError, DecisionRefused, ModelError, Retryable
 from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._executor import GovernedExecutor
-from oarlock.models._base import ModelRequest, ModelResponse
+from oarlock.models._base import ModelRequest, ModelResponse, TextSink
 from oarlock.store._base import Event, RunStore
 from oarlock.tools._tool import ToolArgumentsError
 
@@ -65,7 +65,8 @@ class Runner:
     governance store, under the agent's policy. ``watch_interval`` (seconds) makes a
     waiting model request or tool call look for a cancellation written by another
     process, and stop the work when it finds one. ``replay_of`` names the run a replay
-    repeats: its side-effecting calls are keyed to that run, so they are never made again."""
+    repeats: its side-effecting calls are keyed to that run, so they are never made again.
+    ``on_text`` receives the model's text as it streams in."""
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class Runner:
         on_commit: EventHook | None = None,
         watch_interval: float | None = None,
         replay_of: str | None = None,
+        on_text: TextSink | None = None,
     ) -> None:
         self.agent, self.store = agent, store
         self.executor: Executor = executor or GovernedExecutor(
@@ -85,7 +87,7 @@ class Runner:
         )
         self.retry = retry or RetryPolicy()
         self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
-        self.replay_of = replay_of
+        self.replay_of, self.on_text = replay_of, on_text
 
     # -- public operations ------------------------------------------------------------
     async def create(
@@ -354,7 +356,7 @@ class Runner:
 
     async def _model_turn(self, doc: RunDocument) -> list[Event]:
         request = ModelRequest(
-            self.agent.instructions, list(doc.messages), self.agent.tools.specs()
+            self.agent.instructions, list(doc.messages), self.agent.tools.specs(), self.on_text
         )
         try:
             response = await self._watch(doc.id, self._respond(request))

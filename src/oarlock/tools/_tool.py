@@ -265,6 +265,10 @@ class Toolset:
         self._tools[t.name] = t
         self._specs = None
 
+    def remove(self, name: str) -> None:
+        self._tools.pop(name, None)
+        self._specs = None
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 

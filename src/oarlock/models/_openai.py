@@ -1,0 +1,884 @@
+"""OpenAI models: the Chat Completions and Responses APIs, on OpenAI or on any server that
+speaks them (vLLM, Ollama, LM Studio, OpenRouter), through the official ``openai`` SDK.
+
+The SDK is imported when a model first answers, never when this module is imported; the
+client is made then too, with the SDK's own retries off (the runner retries), and made
+again if a later request runs on another event loop (a client's connections belong to the
+loop that opened them).
+
+How the conversation is sent (Chat Completions; the Responses API has the same choices in
+its own shapes):
+
+* The agent's instructions go first, as a ``system`` message (left out when empty).
+  ``developer`` is what OpenAI's newer models call it, but OpenAI still takes ``system``
+  (and treats it as ``developer`` for those models), while many OpenAI-compatible servers
+  and chat templates know only ``system``. The Responses API has its ``instructions``.
+* A user message's tool results become one ``tool`` message each, in order, with their
+  ``tool_call_id``; its text (if any) follows, as one ``user`` message. Tool messages must
+  come straight after the assistant message that made the calls, so they go first.
+* A failed tool result (``isError``) is sent as ``Error: <content>``: neither API has a
+  field for failure, and a model reads the prefix reliably.
+* An assistant message's text parts are joined into ``content`` (null when it has only
+  tool calls, else at least ``""``, which servers require), its
+  tool calls become ``tool_calls`` with the arguments as compact JSON. A call whose
+  arguments could not be read (``rawArguments``) is sent with the arguments it was stored
+  with, ``{}``: servers that parse the arguments of past calls (vLLM's chat templates do)
+  would refuse the raw text, and the error result that answers the call tells the model
+  what went wrong.
+* ``max_output_tokens`` is ``max_completion_tokens`` on OpenAI and ``max_tokens`` (which
+  more servers know) on OpenAI-compatible servers; ``max_output_tokens`` in the Responses
+  API. Responses requests are sent with ``store: false``: the run document holds the
+  conversation, and nothing refers to a stored response.
+
+What comes back: the text (a refusal counts as text) as one text part, then the tool calls
+in order with their ids (a missing id gets a fresh one). Arguments that are not a JSON
+object make a call with ``arguments: {}`` and the text in ``rawArguments``; empty
+arguments (``""``) are read as ``{}``, a call with no arguments. Other output (reasoning
+items, built-in tool calls) is not kept.
+
+Streaming (when the request has ``on_text``): each text delta goes to ``on_text`` as it
+arrives; tool calls are put together from their deltas (by index in Chat Completions, by
+output item in the Responses API, where the final ``response.completed`` has the last word
+when it carries the output). A stream that ends before its finish is retryable
+(``stream_interrupted``); a server that answers a stream request with plain JSON is read
+as such, its text given to ``on_text`` at once.
+
+Errors: 429, 408, 5xx, timeouts and lost connections raise
+:class:`~oarlock.errors.RetryableModelError` (a 429 with the provider's ``retry-after-ms``
+or ``retry-after``, in seconds or as an HTTP date); 429 ``insufficient_quota`` does not
+pass by waiting and is a plain ``ModelError``. 401/403 are ``auth_failed``, 404
+``model_not_found``, a 400 about the context window ``context_too_long``, another 400 or
+422 ``bad_request``, and a body that is not a response ``bad_response``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import importlib.util
+import json
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from oarlock.errors import ConfigError, ModelError, RetryableModelError
+from oarlock.formats._models import (
+    AssistantMessage,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    UserMessage,
+)
+from oarlock.models._base import ModelRequest, ModelResponse
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import openai
+
+__all__ = ["OpenAIModel"]
+
+T = TypeVar("T")
+Api = Literal["chat", "responses"]
+Provider = Literal["openai", "openai-compatible"]
+
+_INSTALL = "pip install 'oarlock[openai]'"
+_NO_KEY = "not-needed"
+_RETRYABLE_STATUS = frozenset({408, 500, 502, 503, 504})
+_CONTEXT = re.compile(
+    r"context[ _]length|context[ _]window|maximum context|too many tokens|prompt is too long|"
+    r"input is too long|reduce the length",
+    re.IGNORECASE,
+)
+
+
+class OpenAIModel:
+    """An OpenAI model (``openai:MODEL``) or a model on an OpenAI-compatible server
+    (``openai-compatible:MODEL@BASE_URL``), over Chat Completions (``api="chat"``) or the
+    Responses API (``api="responses"``).
+
+    The key is ``api_key``, else ``OPENAI_API_KEY``; an OpenAI-compatible server's key is
+    optional: ``api_key``, else ``OPENAI_COMPATIBLE_API_KEY``, else a placeholder (local
+    servers ignore it). ``timeout`` (seconds) bounds each request, and each wait between two
+    pieces of a streamed answer."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api: Api = "chat",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        provider: Provider = "openai",
+        timeout: float = 120.0,
+        max_output_tokens: int | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ConfigError("an OpenAI model needs a model name")
+        if api not in ("chat", "responses"):
+            raise ConfigError(f"api must be 'chat' or 'responses', not {api!r}")
+        if provider not in ("openai", "openai-compatible"):
+            raise ConfigError(f"provider must be 'openai' or 'openai-compatible', not {provider!r}")
+        if provider == "openai-compatible" and not base_url:
+            raise ConfigError("an OpenAI-compatible model needs a base_url")
+        if base_url is not None and not str(base_url).startswith(("http://", "https://")):
+            raise ConfigError(f"base_url must be an http(s) URL, not {base_url!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigError(f"timeout must be a number of seconds above 0, not {timeout!r}")
+        if max_output_tokens is not None and (
+            isinstance(max_output_tokens, bool)
+            or not isinstance(max_output_tokens, int)
+            or max_output_tokens < 1
+        ):
+            raise ConfigError(
+                f"max_output_tokens must be a whole number of at least 1, not {max_output_tokens!r}"
+            )
+        if importlib.util.find_spec("openai") is None:
+            raise ConfigError(
+                f"the OpenAI models need the openai package: {_INSTALL}", code="missing_extra"
+            )
+        self.model, self.api, self.provider = model, api, provider
+        self.base_url, self.timeout, self.max_output_tokens = (
+            base_url,
+            float(timeout),
+            max_output_tokens,
+        )
+        self._api_key = api_key
+        self._client: openai.AsyncOpenAI | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def model_id(self) -> str:
+        if self.provider == "openai-compatible":
+            return f"openai-compatible:{self.model}@{self.base_url}"
+        return f"openai:{self.model}"
+
+    @property
+    def key_variable(self) -> str:
+        """The environment variable the key is read from."""
+        return (
+            "OPENAI_COMPATIBLE_API_KEY"
+            if self.provider == "openai-compatible"
+            else "OPENAI_API_KEY"
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.model_id!r}, api={self.api!r})"
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        client = self._ensure_client()
+        if self.api == "responses":
+            return await self._respond_responses(client, request)
+        return await self._respond_chat(client, request)
+
+    async def aclose(self) -> None:
+        """Close the client's connections (a later request opens new ones)."""
+        client, self._client, self._loop = self._client, None, None
+        if client is not None:
+            await client.close()
+
+    # -- the client -----------------------------------------------------------------------
+    def _ensure_client(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._loop is loop:
+            return self._client
+        old, old_loop = self._client, self._loop
+        if old is not None and old_loop is not None and old_loop.is_running():
+            # made on a loop that still runs (in another thread): close it there
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(old.close(), old_loop)
+        self._client = self._loop = None
+        sdk = _sdk()
+        key = self._api_key or os.environ.get(self.key_variable)
+        headers: dict[str, Any] | None = None
+        if self.provider == "openai-compatible":
+            key = key or _NO_KEY
+            # The SDK adds OpenAI's organization and project (from OPENAI_ORG_ID and
+            # OPENAI_PROJECT_ID) to every request: they are not another server's business.
+            headers = {"OpenAI-Organization": sdk.Omit(), "OpenAI-Project": sdk.Omit()}
+        if not key:
+            raise ModelError(
+                f"no OpenAI API key: set {self.key_variable} or pass api_key", code="auth_failed"
+            )
+        try:
+            self._client = sdk.AsyncOpenAI(
+                api_key=key,
+                base_url=self.base_url,
+                max_retries=0,
+                timeout=self.timeout,
+                default_headers=headers,
+            )
+        except sdk.OpenAIError as exc:
+            raise ModelError(f"cannot make the OpenAI client: {exc}", code="config") from exc
+        self._loop = loop
+        return self._client
+
+    def _where(self) -> str:
+        if self._client is not None:
+            return str(self._client.base_url)
+        return self.base_url or "https://api.openai.com/v1"
+
+    # -- Chat Completions -----------------------------------------------------------------
+    async def _respond_chat(
+        self, client: openai.AsyncOpenAI, request: ModelRequest
+    ) -> ModelResponse:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": chat_messages(request.instructions, request.messages),
+        }
+        if request.tools:
+            params["tools"] = chat_tools(request.tools)
+        if self.max_output_tokens is not None:
+            name = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
+            params[name] = self.max_output_tokens
+        create: Callable[..., Any] = client.chat.completions.create
+        if request.on_text is None:
+            completion = await self._call(create, **params)
+            return self._parse(parse_chat_completion, completion)
+        stream = await self._call(
+            create, **params, stream=True, stream_options={"include_usage": True}
+        )
+        whole = await self._unstreamed(stream, parse_chat_completion, request)
+        if whole is not None:
+            return whole
+        acc = _ChatStream()
+        async with contextlib.aclosing(self._events(stream)) as events:
+            async for chunk in events:
+                text = self._parse(acc.feed, chunk)
+                if text:
+                    request.on_text(text)
+        return self._parse(_ChatStream.result, acc)
+
+    # -- Responses ------------------------------------------------------------------------
+    async def _respond_responses(
+        self, client: openai.AsyncOpenAI, request: ModelRequest
+    ) -> ModelResponse:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "input": responses_input(request.messages),
+            "store": False,
+        }
+        if request.instructions:
+            params["instructions"] = request.instructions
+        if request.tools:
+            params["tools"] = responses_tools(request.tools)
+        if self.max_output_tokens is not None:
+            params["max_output_tokens"] = self.max_output_tokens
+        create: Callable[..., Any] = client.responses.create
+        if request.on_text is None:
+            response = await self._call(create, **params)
+            return self._parse(parse_response, response)
+        stream = await self._call(create, **params, stream=True)
+        whole = await self._unstreamed(stream, parse_response, request)
+        if whole is not None:
+            return whole
+        acc = _ResponsesStream()
+        async with contextlib.aclosing(self._events(stream)) as events:
+            async for event in events:
+                text = self._parse(acc.feed, event)
+                if text:
+                    request.on_text(text)
+        return self._parse(_ResponsesStream.result, acc)
+
+    # -- calling the SDK ------------------------------------------------------------------
+    async def _call(self, create: Callable[..., Any], **params: Any) -> Any:
+        try:
+            return await create(**params)
+        except Exception as exc:
+            raise self._translate(exc) from exc
+
+    async def _unstreamed(
+        self, stream: Any, parse: Callable[[Any], ModelResponse], request: ModelRequest
+    ) -> ModelResponse | None:
+        """The answer, when a server asked to stream sent it whole (as JSON) instead; its
+        text goes to ``on_text`` in one piece. None when it streams."""
+        response = getattr(stream, "response", None)
+        content_type = str(response.headers.get("content-type", "")) if response else ""
+        if response is None or "json" not in content_type:
+            return None
+        try:
+            body = await response.aread()
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+        result = self._parse(lambda raw: parse(json.loads(raw)), body)
+        if result.message.text and request.on_text is not None:
+            request.on_text(result.message.text)
+        return result
+
+    async def _events(self, stream: Any) -> AsyncGenerator[Any, None]:
+        """The stream's events, with the SDK's errors made ours; the stream is closed when
+        the caller stops early."""
+        iterator = stream.__aiter__()
+        try:
+            while True:
+                try:
+                    event = await iterator.__anext__()
+                except StopAsyncIteration:
+                    return
+                except Exception as exc:
+                    raise self._translate(exc) from exc
+                yield event
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    def _parse(self, parse: Callable[[Any], T], value: Any) -> T:
+        try:
+            return parse(value)
+        except ModelError:
+            raise
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+            raise ModelError(
+                f"{self.model_id} sent a response that could not be read: "
+                f"{type(exc).__name__}: {exc}",
+                code="bad_response",
+            ) from exc
+
+    def _translate(self, exc: Exception) -> ModelError:
+        """An exception from the SDK (or from decoding what it received) as a ModelError."""
+        sdk = _sdk()
+        name = self.model_id
+        if isinstance(exc, ModelError):
+            return exc
+        if isinstance(exc, sdk.APITimeoutError):
+            return RetryableModelError(
+                f"{name}: no answer within {self.timeout:g} s", code="timeout"
+            )
+        if isinstance(exc, sdk.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+            return RetryableModelError(
+                f"{name}: cannot reach {self._where()}{detail}", code="connection_error"
+            )
+        if isinstance(exc, sdk.APIResponseValidationError):
+            return ModelError(f"{name}: {exc.message}", code="bad_response")
+        if isinstance(exc, sdk.APIStatusError):
+            return self._status_error(exc)
+        if isinstance(exc, sdk.APIError):  # an error event in a stream
+            return error_from_event(name, exc.code, exc.type, exc.message)
+        if isinstance(exc, ValueError | TypeError | KeyError | AttributeError):
+            return ModelError(
+                f"{name} sent a response that could not be read: {type(exc).__name__}: {exc}",
+                code="bad_response",
+            )
+        return ModelError(f"{name}: {type(exc).__name__}: {exc}", code="provider_error")
+
+    def _status_error(self, exc: openai.APIStatusError) -> ModelError:
+        status, name = exc.status_code, self.model_id
+        message = _server_message(exc)
+        said = f": {message}" if message else ""
+        code = str(exc.code or "")
+        if status == 429:
+            if code == "insufficient_quota":
+                return ModelError(f"{name}: quota exhausted (429){said}", code="insufficient_quota")
+            return RetryableModelError(
+                f"{name}: rate limited (429){said}",
+                code="rate_limited",
+                retry_after=retry_after(exc.response.headers),
+            )
+        if status in _RETRYABLE_STATUS or status >= 500:
+            return RetryableModelError(
+                f"{name}: server error ({status}){said}", code="server_error"
+            )
+        if status in (401, 403):
+            return ModelError(
+                f"{name}: the server refused the API key ({status}){said}. Set "
+                f"{self.key_variable} (or pass api_key) to a valid key.",
+                code="auth_failed",
+            )
+        if status == 404:
+            return ModelError(
+                f"model {self.model!r} was not found at {self._where()} (404){said}. Check the "
+                "model name and the base URL.",
+                code="model_not_found",
+            )
+        if code == "context_length_exceeded" or (status in (400, 413) and _CONTEXT.search(message)):
+            return ModelError(
+                f"{name}: the conversation is longer than the model's context window "
+                f"({status}){said}",
+                code="context_too_long",
+            )
+        if status in (400, 422):
+            return ModelError(
+                f"{name}: the request was refused ({status}){said}", code="bad_request"
+            )
+        return ModelError(f"{name}: HTTP {status}{said}", code="http_error")
+
+
+def _sdk() -> ModuleType:
+    try:
+        import openai
+    except ImportError as exc:
+        raise ConfigError(
+            f"the OpenAI models need the openai package: {_INSTALL}", code="missing_extra"
+        ) from exc
+    return openai
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        message = body.get("message")
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
+    return ""
+
+
+def error_from_event(model_id: str, code: object, kind: object, message: object) -> ModelError:
+    """An error the server reported inside a 200 answer (a stream's error event, a failed
+    response), by its code and type."""
+    code_s, kind_s = str(code or ""), str(kind or "")
+    text = f"{model_id}: {message or 'the server reported an error'}"
+    if code_s == "insufficient_quota":
+        return ModelError(text, code="insufficient_quota")
+    if code_s in ("rate_limit_exceeded", "rate_limited") or kind_s in ("tokens", "requests"):
+        return RetryableModelError(text, code="rate_limited")
+    if code_s == "context_length_exceeded" or _CONTEXT.search(str(message or "")):
+        return ModelError(text, code="context_too_long")
+    if kind_s == "invalid_request_error" or code_s == "invalid_prompt":
+        return ModelError(text, code="bad_request")
+    return RetryableModelError(text, code="server_error")
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP
+    date); None when neither says."""
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            continue
+        if math.isfinite(seconds):
+            return max(seconds, 0.0)
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        when = email.utils.parsedate_tz(value)
+        if when is None:
+            return None
+        return max(float(email.utils.mktime_tz(when)) - time.time(), 0.0)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+# -- mapping out --------------------------------------------------------------------------
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _result_text(part: ToolResultPart) -> str:
+    return f"Error: {part.content}" if part.is_error else part.content
+
+
+def _user_text(message: UserMessage) -> str | None:
+    texts = [p.text for p in message.content if isinstance(p, TextPart)]
+    if not texts:
+        return None
+    return "\n\n".join(texts)
+
+
+def chat_messages(instructions: str, messages: list[Message]) -> list[dict[str, Any]]:
+    """The Chat Completions ``messages`` for an OAR conversation."""
+    out: list[dict[str, Any]] = []
+    if instructions:
+        out.append({"role": "system", "content": instructions})
+    for message in messages:
+        if isinstance(message, UserMessage):
+            results = [p for p in message.content if isinstance(p, ToolResultPart)]
+            out.extend(
+                {"role": "tool", "tool_call_id": r.tool_call_id, "content": _result_text(r)}
+                for r in results
+            )
+            text = _user_text(message)
+            if text is not None or not results:
+                out.append({"role": "user", "content": text or ""})
+        else:
+            calls = message.tool_calls
+            # content may be null only next to tool calls
+            entry: dict[str, Any] = {
+                "role": "assistant",
+                "content": message.text or (None if calls else ""),
+            }
+            if calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": _compact(c.arguments)},
+                    }
+                    for c in calls
+                ]
+            out.append(entry)
+    return out
+
+
+def _tool_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {"name": spec["name"]}
+    if spec.get("description"):
+        fields["description"] = spec["description"]
+    fields["parameters"] = spec.get("parameters") or {"type": "object", "properties": {}}
+    return fields
+
+
+def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": _tool_fields(t)} for t in tools]
+
+
+def responses_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # strict: the Responses API makes function tools strict unless told otherwise, and a
+    # strict schema must list every property as required and forbid others.
+    return [{"type": "function", **_tool_fields(t), "strict": False} for t in tools]
+
+
+def responses_input(messages: list[Message]) -> list[dict[str, Any]]:
+    """The Responses API ``input`` items for an OAR conversation."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            results = [p for p in message.content if isinstance(p, ToolResultPart)]
+            out.extend(
+                {
+                    "type": "function_call_output",
+                    "call_id": r.tool_call_id,
+                    "output": _result_text(r),
+                }
+                for r in results
+            )
+            text = _user_text(message)
+            if text is not None or not results:
+                out.append({"type": "message", "role": "user", "content": text or ""})
+            continue
+        pending: list[str] = []
+        for part in message.content:
+            if isinstance(part, TextPart):
+                pending.append(part.text)
+                continue
+            if "".join(pending):
+                out.append({"type": "message", "role": "assistant", "content": "".join(pending)})
+            pending = []
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": part.id,
+                    "name": part.name,
+                    "arguments": _compact(part.arguments),
+                }
+            )
+        if "".join(pending):
+            out.append({"type": "message", "role": "assistant", "content": "".join(pending)})
+    return out
+
+
+# -- mapping back -------------------------------------------------------------------------
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    """A member of an SDK model or of a plain mapping (the SDK leaves parts it could not
+    match to a type as they came)."""
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _bad(what: str) -> ModelError:
+    return ModelError(f"the response could not be read: {what}", code="bad_response")
+
+
+def tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCallPart:
+    """A tool call part; arguments that are not a JSON object are kept as ``rawArguments``
+    (the way :class:`~oarlock.models.ScriptedModel` builds them)."""
+    if not isinstance(name, str) or not name:
+        raise _bad("a tool call without a function name")
+    cid = call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}"
+    parsed: Any
+    if isinstance(arguments, dict):
+        parsed = arguments
+    elif isinstance(arguments, str):
+        if not arguments.strip():
+            parsed = {}
+        else:
+            try:
+                parsed = json.loads(arguments)
+            except ValueError:
+                parsed = None
+    else:
+        parsed = None
+    if isinstance(parsed, dict):
+        return ToolCallPart(type="tool_call", id=cid, name=name, arguments=parsed)
+    raw = {
+        "type": "tool_call",
+        "id": cid,
+        "name": name,
+        "arguments": {},
+        "rawArguments": arguments if isinstance(arguments, str) else _compact(arguments),
+    }
+    return ToolCallPart.model_validate(raw)
+
+
+def _message(text: str, calls: list[ToolCallPart]) -> AssistantMessage:
+    parts: list[TextPart | ToolCallPart] = []
+    if text:
+        parts.append(TextPart(type="text", text=text))
+    parts.extend(calls)
+    if not parts:
+        parts.append(TextPart(type="text", text=""))
+    return AssistantMessage(role="assistant", content=parts)
+
+
+def _chat_usage(usage: Any) -> tuple[int, int, int]:
+    if usage is None:
+        return 0, 0, 0
+    details = _get(usage, "prompt_tokens_details")
+    return (
+        _int(_get(usage, "prompt_tokens")),
+        _int(_get(usage, "completion_tokens")),
+        _int(_get(details, "cached_tokens")) if details is not None else 0,
+    )
+
+
+def parse_chat_completion(completion: Any) -> ModelResponse:
+    """A Chat Completions answer as a ModelResponse (raises ``bad_response``)."""
+    if isinstance(completion, str | bytes) or completion is None:
+        raise _bad("the body is not a JSON object")
+    choices = _get(completion, "choices")
+    if not isinstance(choices, list) or not choices:
+        raise _bad("it has no choices")
+    message = _get(choices[0], "message")
+    if message is None or isinstance(message, str | list):
+        raise _bad("its first choice has no message")
+    content, refusal = _get(message, "content"), _get(message, "refusal")
+    if content is not None and not isinstance(content, str):
+        raise _bad("the message content is not text")
+    text = (content or "") + (refusal if isinstance(refusal, str) else "")
+    raw_calls = _get(message, "tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise _bad("tool_calls is not a list")
+    calls = []
+    for call in raw_calls:
+        function = _get(call, "function")
+        if function is None:
+            raise _bad(f"a tool call of type {_get(call, 'type')!r} has no function")
+        calls.append(
+            tool_call(_get(call, "id"), _get(function, "name"), _get(function, "arguments"))
+        )
+    return ModelResponse(_message(text, calls), *_chat_usage(_get(completion, "usage")))
+
+
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class _ChatStream:
+    """Assembles a streamed chat completion: text in order, tool calls by their index."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[Any, _Call] = field(default_factory=dict)
+    usage: Any = None
+    chunks: int = 0
+    finished: bool = False
+
+    def feed(self, chunk: Any) -> str:
+        if isinstance(chunk, str | bytes) or chunk is None:
+            raise _bad("a stream chunk is not a JSON object")
+        self.chunks += 1
+        usage = _get(chunk, "usage")
+        if usage is not None:
+            self.usage = usage
+        choices = _get(chunk, "choices") or []
+        if not isinstance(choices, list):
+            raise _bad("a stream chunk's choices is not a list")
+        out: list[str] = []
+        for choice in choices:
+            if _get(choice, "index", 0) not in (0, None):
+                continue
+            if _get(choice, "finish_reason"):
+                self.finished = True
+            delta = _get(choice, "delta")
+            if delta is None:
+                continue
+            for key in ("content", "refusal"):
+                piece = _get(delta, key)
+                if isinstance(piece, str) and piece:
+                    out.append(piece)
+            for position, tc in enumerate(_get(delta, "tool_calls") or []):
+                self._call_delta(position, tc)
+        self.text.extend(out)
+        return "".join(out)
+
+    def _call_delta(self, position: int, tc: Any) -> None:
+        index = _get(tc, "index")
+        call_id = _get(tc, "id")
+        if not isinstance(index, int):  # some servers leave the index out
+            index = call_id if call_id and call_id in self.calls else position
+        call = self.calls.setdefault(index, _Call())
+        if isinstance(call_id, str) and call_id and not call.id:
+            call.id = call_id
+        function = _get(tc, "function")
+        name = _get(function, "name") if function is not None else None
+        if isinstance(name, str) and name and name != call.name:
+            call.name += name  # a server that repeats the name each time adds nothing
+        arguments = _get(function, "arguments") if function is not None else None
+        if isinstance(arguments, str):
+            call.arguments += arguments
+        elif isinstance(arguments, dict):
+            call.arguments += _compact(arguments)
+
+    def result(self) -> ModelResponse:
+        if self.chunks == 0:
+            raise _bad("the stream was empty")
+        if not self.finished:
+            raise RetryableModelError(
+                "the stream ended before the answer was complete", code="stream_interrupted"
+            )
+        calls = [tool_call(c.id, c.name, c.arguments) for _, c in sorted_calls(self.calls)]
+        return ModelResponse(_message("".join(self.text), calls), *_chat_usage(self.usage))
+
+
+def sorted_calls(calls: dict[Any, _Call]) -> list[tuple[Any, _Call]]:
+    """Calls by index (ints in order; others after, in arrival order)."""
+    numbered = sorted((k, c) for k, c in calls.items() if isinstance(k, int))
+    return numbered + [(k, c) for k, c in calls.items() if not isinstance(k, int)]
+
+
+def _responses_usage(usage: Any) -> tuple[int, int, int]:
+    if usage is None:
+        return 0, 0, 0
+    details = _get(usage, "input_tokens_details")
+    return (
+        _int(_get(usage, "input_tokens")),
+        _int(_get(usage, "output_tokens")),
+        _int(_get(details, "cached_tokens")) if details is not None else 0,
+    )
+
+
+def _output_parts(output: Any) -> tuple[str, list[ToolCallPart]]:
+    if not isinstance(output, list):
+        raise _bad("its output is not a list")
+    texts: list[str] = []
+    calls: list[ToolCallPart] = []
+    for item in output:
+        kind = _get(item, "type")
+        if kind == "message":
+            for content in _get(item, "content") or []:
+                ctype = _get(content, "type")
+                value = _get(content, "text" if ctype == "output_text" else "refusal")
+                if ctype in ("output_text", "refusal") and isinstance(value, str):
+                    texts.append(value)
+        elif kind == "function_call":
+            calls.append(
+                tool_call(_get(item, "call_id"), _get(item, "name"), _get(item, "arguments"))
+            )
+    return "".join(texts), calls
+
+
+def _check_failed(response: Any) -> None:
+    error = _get(response, "error")
+    if _get(response, "status") == "failed" or error is not None:
+        raise error_from_event(
+            f"the response of {_get(response, 'model')}",
+            _get(error, "code"),
+            None,
+            _get(error, "message") or "it failed",
+        )
+
+
+def parse_response(response: Any) -> ModelResponse:
+    """A Responses API answer as a ModelResponse (raises ``bad_response``)."""
+    if isinstance(response, str | bytes) or response is None:
+        raise _bad("the body is not a JSON object")
+    _check_failed(response)
+    text, calls = _output_parts(_get(response, "output"))
+    return ModelResponse(_message(text, calls), *_responses_usage(_get(response, "usage")))
+
+
+@dataclass
+class _ResponsesStream:
+    """Assembles a streamed response from its events: text deltas, function calls (added,
+    argument deltas, done), and the final response, which has the last word when it carries
+    the output."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[Any, _Call] = field(default_factory=dict)
+    final: Any = None
+    events: int = 0
+
+    def feed(self, event: Any) -> str:
+        if isinstance(event, str | bytes) or event is None:
+            raise _bad("a stream event is not a JSON object")
+        self.events += 1
+        kind = _get(event, "type")
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            delta = _get(event, "delta")
+            if isinstance(delta, str) and delta:
+                self.text.append(delta)
+                return delta
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            item = _get(event, "item")
+            if _get(item, "type") == "function_call":
+                call = self.calls.setdefault(_key(event, item), _Call())
+                call.id = _get(item, "call_id") or call.id
+                call.name = _get(item, "name") or call.name
+                arguments = _get(item, "arguments")
+                if kind.endswith(".done") and isinstance(arguments, str):
+                    call.arguments = arguments
+        elif kind == "response.function_call_arguments.delta":
+            delta = _get(event, "delta")
+            if isinstance(delta, str):
+                self.calls.setdefault(_key(event, None), _Call()).arguments += delta
+        elif kind in ("response.completed", "response.incomplete"):
+            self.final = _get(event, "response")
+        elif kind == "response.failed":
+            _check_failed(_get(event, "response"))
+            raise _bad("a failed response without an error")
+        elif kind == "error":
+            raise error_from_event("the server", _get(event, "code"), None, _get(event, "message"))
+        return ""
+
+    def result(self) -> ModelResponse:
+        if self.final is None:
+            if self.events == 0:
+                raise _bad("the stream was empty")
+            raise RetryableModelError(
+                "the stream ended before the response was complete", code="stream_interrupted"
+            )
+        usage = _responses_usage(_get(self.final, "usage"))
+        output = _get(self.final, "output")
+        if isinstance(output, list) and output:
+            text, calls = _output_parts(output)
+        else:
+            calls = [tool_call(c.id, c.name, c.arguments) for _, c in sorted_calls(self.calls)]
+            text = "".join(self.text)
+        return ModelResponse(_message(text, calls), *usage)
+
+
+def _key(event: Any, item: Any) -> Any:
+    """Function call events are tied together by output index (item ids are optional on
+    some servers)."""
+    index = _get(event, "output_index")
+    if isinstance(index, int):
+        return index
+    return _get(event, "item_id") or _get(item, "id")
