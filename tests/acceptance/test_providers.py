@@ -128,3 +128,19 @@ def test_an_unknown_model_string_is_a_clear_error(cli: Cli) -> None:
     assert out.returncode == 1 and "unknown model 'gemini:pro'" in out.stderr
     out = cli("run", str(AGENT_FILE), ASK, "--model", "openai-compatible:qwen")
     assert out.returncode == 1 and "openai-compatible:MODEL@BASE_URL" in out.stderr
+
+
+async def test_the_runner_streams_text_as_it_arrives_and_stores_the_whole() -> None:
+    from oarlock.engine import Agent, Runner
+    from oarlock.models._openai import OpenAIModel
+    from oarlock.testing import MemoryStore
+
+    with ow.FakeOpenAI() as server:
+        server.reply(ow.Reply(events=ow.chat_chunks(["Hel", "lo, ", "world."])))
+        model = OpenAIModel("qwen2.5", base_url=server.base_url, provider="openai-compatible")
+        seen: list[str] = []
+        runner = Runner(Agent("streamer", model), MemoryStore(), on_text=seen.append)
+        doc = await runner.start("hi")
+        assert server.bodies()[0]["stream"] is True
+    assert seen == ["Hel", "lo, ", "world."]
+    assert doc.status == "completed" and doc.result == "Hello, world."
