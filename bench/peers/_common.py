@@ -1,0 +1,62 @@
+"""Helpers shared by the benchmark scripts in this folder (stdlib only: imported by both
+oarlock's venv and the peers' venv)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+TOOL_TURNS = 10          # tool calls per workload run
+MODEL_TURNS = TOOL_TURNS + 1  # per-turn figures divide a whole run by this (11 model turns)
+
+
+def quiet() -> Any:
+    """Silence warnings and logging, and send anything the libraries print to stderr.
+
+    Returns the real stdout, where the one JSON object goes at the end."""
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.CRITICAL)
+    os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+    real = sys.stdout
+    sys.stdout = sys.stderr
+    return real
+
+
+def emit(real_stdout: Any, payload: dict[str, Any]) -> None:
+    real_stdout.write(json.dumps(payload) + "\n")
+    real_stdout.flush()
+
+
+def checkpointed_size(path: Path) -> int:
+    """File size after folding the WAL into the main file (nothing else is open on it)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    return path.stat().st_size
+
+
+def row_bytes(path: Path) -> dict[str, int]:
+    """Bytes of stored values, per table: the sum of every column's length as a blob."""
+    conn = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+        out: dict[str, int] = {}
+        for table in tables:
+            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+            if not cols:
+                continue
+            expr = " + ".join(f'COALESCE(LENGTH(CAST("{c}" AS BLOB)), 0)' for c in cols)
+            total = conn.execute(f'SELECT COALESCE(SUM({expr}), 0) FROM "{table}"').fetchone()[0]
+            out[table] = int(total)
+        return out
+    finally:
+        conn.close()

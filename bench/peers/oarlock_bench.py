@@ -1,0 +1,145 @@
+"""oarlock side of bench/compare.py: run with oarlock's own venv. Prints one JSON object.
+
+Workload: one agent, one trivial tool ``echo``; oarlock's ScriptedModel calls it on each of
+10 turns, then answers (11 model turns). The governed executor is always on: every call
+goes through policy, an idempotency claim, a receipt and the ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, emit, quiet, row_bytes  # noqa: E402
+
+REAL_STDOUT = quiet()
+
+import oarlock  # noqa: E402
+from oarlock.engine import Agent, Limits, Runner  # noqa: E402
+from oarlock.models import ScriptedModel  # noqa: E402
+from oarlock.store import MemoryStore, SQLiteStore  # noqa: E402
+from oarlock.tools import tool  # noqa: E402
+
+
+@tool(side_effect="read")
+async def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+@tool(side_effect="spend")
+async def pay(amount: float) -> str:
+    """Pay an amount (needs approval)."""
+    return f"paid {amount}"
+
+
+def script(tool_turns: int, final_call: str | None = None) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": f"turn {i}"}}]}
+        for i in range(tool_turns)
+    ]
+    if final_call:
+        turns.append({"tool_calls": [{"name": final_call, "arguments": {"amount": 5}}]})
+    turns.append({"text": "done"})
+    return turns
+
+
+def agent_for(tool_turns: int, final_call: str | None = None) -> Agent:
+    return Agent("bench", ScriptedModel(script(tool_turns, final_call)), tools=[echo, pay],
+                 limits=Limits(max_turns=tool_turns + 10))
+
+
+async def one_run(store: Any, turns: int = TOOL_TURNS) -> float:
+    runner = Runner(agent_for(turns), store)
+    t0 = time.perf_counter()
+    doc = await runner.start("go")
+    elapsed = time.perf_counter() - t0
+    if doc.status != "completed" or doc.turns != turns + 1:
+        raise RuntimeError(f"unexpected end: {doc.status} after {doc.turns}")
+    return elapsed
+
+
+async def per_turn(store: Any, rounds: int, runs: int) -> list[float]:
+    for _ in range(3):
+        await one_run(store)
+    return [statistics.median([await one_run(store) for _ in range(runs)]) / MODEL_TURNS
+            for _ in range(rounds)]
+
+
+async def resume_once(path: Path) -> float:
+    """Pause on approval after 9 echo turns (the 10th call is ``pay``); then, with a fresh
+    store object and Runner on the same file: load, record the approval, finish."""
+    agent = agent_for(TOOL_TURNS - 1, final_call="pay")
+    async with SQLiteStore(path) as store:
+        doc = await Runner(agent, store).start("go")
+    if doc.status != "waiting_approval":
+        raise RuntimeError(f"not paused as planned: {doc.status}")
+    call = doc.pending_approvals[0].tool_call_id
+    t0 = time.perf_counter()
+    store = SQLiteStore(path)
+    fresh = Runner(agent, store)
+    await fresh.decide(doc.id, call, "approved")
+    done = await fresh.resume(doc.id)
+    elapsed = time.perf_counter() - t0
+    await store.close()
+    if done.status != "completed":
+        raise RuntimeError(done.status)
+    return elapsed
+
+
+async def stored_bytes(tmp: Path, turns: int) -> dict[str, Any]:
+    empty = tmp / f"empty-{turns}.db"
+    async with SQLiteStore(empty) as store:
+        await store.list_runs()  # opens and migrates
+    full = tmp / f"full-{turns}.db"
+    async with SQLiteStore(full) as store:
+        await one_run(store, turns)
+    base = checkpointed_size(empty)
+    size = checkpointed_size(full)
+    rows = row_bytes(full)
+    return {"file_bytes": size - base, "empty_file_bytes": base,
+            "row_bytes": sum(rows.values()), "row_bytes_by_table": rows}
+
+
+async def make_run(db: Path) -> str:
+    async with SQLiteStore(db) as store:
+        doc = await Runner(agent_for(TOOL_TURNS), store).start("go")
+    return doc.id
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"framework": "oarlock", "version": oarlock.__version__
+                           if hasattr(oarlock, "__version__") else None}
+    with tempfile.TemporaryDirectory() as tmpname:
+        tmp = Path(tmpname)
+        out["memory_per_turn_s"] = await per_turn(MemoryStore(), args.rounds, args.runs)
+        async with SQLiteStore(tmp / "durable.db") as store:
+            out["durable_per_turn_s"] = await per_turn(store, args.rounds, args.runs)
+        await resume_once(tmp / "warm.db")
+        out["resume_s"] = [await resume_once(tmp / f"resume-{i}.db") for i in range(args.rounds)]
+        out["bytes"] = {str(n): await stored_bytes(tmp, n) for n in (TOOL_TURNS, 100)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--make-run", metavar="DB", help="store one 10-turn run in DB, print its id")
+    args = ap.parse_args()
+    if args.make_run:
+        emit(REAL_STDOUT, {"run_id": asyncio.run(make_run(Path(args.make_run)))})
+        return 0
+    emit(REAL_STDOUT, asyncio.run(main_async(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
