@@ -11,19 +11,19 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from oarlock.cli._show import print_runs, print_summary, timeline
-from oarlock.engine._agent import Agent
-from oarlock.engine._agentfile import load_agent
-from oarlock.engine._runner import Runner, cancel_run
 from oarlock.errors import OarlockError
 from oarlock.formats._codec import dump
 from oarlock.formats._models import RunDocument
-from oarlock.models._registry import load_model
 from oarlock.store._base import Event, RunStore
 from oarlock.store._sqlite import SQLiteStore, default_db_path
+
+if TYPE_CHECKING:  # the engine loads only for commands that run agents
+    from oarlock.engine._agent import Agent
+    from oarlock.engine._runner import Runner
 
 __all__ = ["dispatch"]
 
@@ -67,6 +67,8 @@ def _stream(text: str) -> None:
 
 
 def _runner(agent: Agent, store: RunStore) -> Runner:
+    from oarlock.engine._runner import Runner
+
     on_text = _stream if sys.stderr.isatty() else None
     return Runner(agent, store, on_commit=_progress, watch_interval=0.25, on_text=on_text)
 
@@ -82,6 +84,9 @@ async def _with_store(args: argparse.Namespace, work: Callable[[RunStore], Await
 async def _agent_of(store: RunStore, run_id: str) -> Agent:
     """The run's agent, from its agent file, with the model the run was started with
     (``run --model`` may have named another than the file's)."""
+    from oarlock.engine._agentfile import load_agent
+    from oarlock.models._registry import load_model
+
     stored = await store.load(run_id)
     if not stored.agent_ref:
         raise OarlockError(
@@ -96,6 +101,9 @@ async def _agent_of(store: RunStore, run_id: str) -> Agent:
 
 
 def _load(agent_file: str, model: str | None) -> Agent:
+    from oarlock.engine._agentfile import load_agent
+    from oarlock.models._registry import load_model
+
     agent = load_agent(agent_file)
     if model is not None and model != agent.model.model_id:
         agent = agent.with_model(load_model(model, Path.cwd()))
@@ -195,12 +203,15 @@ async def _resume(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
+    from oarlock.engine._runner import cancel_run
+
     doc = await cancel_run(store, args.run_id, args.reason)
     print(f"run {doc.id}: cancelled")
     return EXIT_OK
 
 
 async def _replay(args: argparse.Namespace, store: RunStore) -> int:
+    from oarlock.engine._runner import Runner
     from oarlock.models._replay import ReplayModel
 
     stored = await store.load(args.run_id)

@@ -1,27 +1,37 @@
 """Governance: the executor every tool call passes (policy, exact approvals, idempotency,
-receipts), the sanitizer, and the hash-chained ledger."""
+receipts), the sanitizer, and the hash-chained ledger.
 
-from oarlock.governance._executor import CallContext, GovernedExecutor, Review
-from oarlock.governance._ledger import (
-    Checkpoint,
-    LedgerEntry,
-    VerifyReport,
-    generate_key,
-    load_private_key,
-    load_public_key,
-    sign_checkpoint,
-    verify_chain,
-)
-from oarlock.governance._policy import (
-    DEFAULT_POLICY,
-    PolicyEngine,
-    PolicyRequest,
-    PolicyVerdict,
-    RulePolicy,
-)
-from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
-from oarlock.governance._sanitize import fence, sanitize, sanitize_result, unfence
-from oarlock.governance._store import GovernanceStore, MemoryGovernanceStore
+Names load on first use, so that importing one part (the store's records, say) does not
+load the others."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from oarlock.governance._cedar import CedarPolicy as CedarPolicy
+    from oarlock.governance._executor import CallContext, GovernedExecutor, Review
+    from oarlock.governance._ledger import (
+        Checkpoint,
+        LedgerEntry,
+        VerifyReport,
+        generate_key,
+        load_private_key,
+        load_public_key,
+        sign_checkpoint,
+        verify_chain,
+    )
+    from oarlock.governance._policy import (
+        DEFAULT_POLICY,
+        PolicyEngine,
+        PolicyRequest,
+        PolicyVerdict,
+        RulePolicy,
+    )
+    from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
+    from oarlock.governance._sanitize import fence, sanitize, sanitize_result, unfence
+    from oarlock.governance._store import GovernanceStore, MemoryGovernanceStore
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -52,10 +62,47 @@ __all__ = [
     "verify_chain",
 ]
 
+_WHERE = {
+    "CallContext": "_executor",
+    "GovernedExecutor": "_executor",
+    "Review": "_executor",
+    "Checkpoint": "_ledger",
+    "LedgerEntry": "_ledger",
+    "VerifyReport": "_ledger",
+    "generate_key": "_ledger",
+    "load_private_key": "_ledger",
+    "load_public_key": "_ledger",
+    "sign_checkpoint": "_ledger",
+    "verify_chain": "_ledger",
+    "DEFAULT_POLICY": "_policy",
+    "PolicyEngine": "_policy",
+    "PolicyRequest": "_policy",
+    "PolicyVerdict": "_policy",
+    "RulePolicy": "_policy",
+    "Approval": "_records",
+    "Claim": "_records",
+    "Reconciliation": "_records",
+    "StoredReceipt": "_records",
+    "fence": "_sanitize",
+    "sanitize": "_sanitize",
+    "sanitize_result": "_sanitize",
+    "unfence": "_sanitize",
+    "GovernanceStore": "_store",
+    "MemoryGovernanceStore": "_store",
+    "CedarPolicy": "_cedar",
+}
+
 
 def __getattr__(name: str) -> object:
-    if name == "CedarPolicy":
-        from oarlock.governance._cedar import CedarPolicy
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oarlock.governance' has no attribute {name!r}")
+    value = getattr(import_module(f"oarlock.governance.{module}"), name)
+    globals()[name] = value
+    return value
 
-        return CedarPolicy
-    raise AttributeError(f"module 'oarlock.governance' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+

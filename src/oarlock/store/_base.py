@@ -9,10 +9,12 @@ changes nothing, so two writers racing on one run cannot both win.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from oarlock.formats._models import RunDocument
-from oarlock.governance._store import GovernanceStore
+
+if TYPE_CHECKING:
+    from oarlock.governance._store import GovernanceStore
 
 __all__ = ["EVENT_KINDS", "Event", "RunStore", "RunSummary", "StoredRun"]
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import TYPE_CHECKING
 
 from oarlock.errors import ConflictError, NotFound
 from oarlock.formats._codec import dump_json, parse_json
 from oarlock.formats._models import RunDocument
-from oarlock.governance._store import MemoryGovernanceStore
 from oarlock.store._base import Event, RunSummary, StoredRun
+
+if TYPE_CHECKING:
+    from oarlock.governance._store import MemoryGovernanceStore
 
 __all__ = ["MemoryStore"]
 
@@ -20,9 +23,14 @@ class MemoryStore:
     def __init__(self) -> None:
         self._runs: dict[str, tuple[bytes, int, str | None]] = {}
         self._events: dict[str, list[Event]] = {}
-        self._governance = MemoryGovernanceStore()
+        self._governance: MemoryGovernanceStore | None = None
 
     def governance(self) -> MemoryGovernanceStore:
+        """The governance records of these runs, in memory too."""
+        if self._governance is None:
+            from oarlock.governance._store import MemoryGovernanceStore
+
+            self._governance = MemoryGovernanceStore()
         return self._governance
 
     async def create(
