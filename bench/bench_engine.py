@@ -39,8 +39,10 @@ async def pay(amount: float) -> str:
 
 def script(tool_turns: int, final_call: str | None = None) -> list[dict[str, Any]]:
     turns: list[dict[str, Any]] = [
-        {"tool_calls": [{"name": "echo", "arguments": {"text": f"turn {i}"}}],
-         "usage": {"input_tokens": 100, "output_tokens": 10}}
+        {
+            "tool_calls": [{"name": "echo", "arguments": {"text": f"turn {i}"}}],
+            "usage": {"input_tokens": 100, "output_tokens": 10},
+        }
         for i in range(tool_turns)
     ]
     if final_call:
@@ -50,8 +52,7 @@ def script(tool_turns: int, final_call: str | None = None) -> list[dict[str, Any
 
 
 async def one_run(store: Any, turns: int) -> float:
-    agent = Agent("bench", ScriptedModel(script(turns)), tools=[echo],
-                  limits=Limits(max_turns=100))
+    agent = Agent("bench", ScriptedModel(script(turns)), tools=[echo], limits=Limits(max_turns=100))
     runner = Runner(agent, store)
     t0 = time.perf_counter()
     doc = await runner.start("go")
@@ -63,8 +64,12 @@ async def one_run(store: Any, turns: int) -> float:
 
 async def resume_once(store: Any) -> float:
     """A run paused on approval with 50 messages: load, approve, finish."""
-    agent = Agent("bench", ScriptedModel(script(24, final_call="pay")), tools=[echo, pay],
-                  limits=Limits(max_turns=100))
+    agent = Agent(
+        "bench",
+        ScriptedModel(script(24, final_call="pay")),
+        tools=[echo, pay],
+        limits=Limits(max_turns=100),
+    )
     runner = Runner(agent, store)
     doc = await runner.start("go")
     if doc.status != "waiting_approval" or len(doc.messages) != 50:
@@ -81,13 +86,20 @@ async def resume_once(store: Any) -> float:
 
 
 def summarize(samples: list[float], scale: float = 1000.0) -> dict[str, float]:
-    return {"median_ms": round(statistics.median(samples) * scale, 3),
-            "min_ms": round(min(samples) * scale, 3), "max_ms": round(max(samples) * scale, 3)}
+    return {
+        "median_ms": round(statistics.median(samples) * scale, 3),
+        "min_ms": round(min(samples) * scale, 3),
+        "max_ms": round(max(samples) * scale, 3),
+    }
 
 
 async def main_async(rounds: int, runs_per_round: int) -> dict[str, dict[str, float]]:
-    out: dict[str, list[float]] = {"memory": [], "sqlite": [], "resume_memory": [],
-                                   "resume_sqlite": []}
+    out: dict[str, list[float]] = {
+        "memory": [],
+        "sqlite": [],
+        "resume_memory": [],
+        "resume_sqlite": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = SQLiteStore(Path(tmp) / "bench.db")
         memory = MemoryStore()
@@ -95,10 +107,12 @@ async def main_async(rounds: int, runs_per_round: int) -> dict[str, dict[str, fl
             await one_run(memory, 10)
             await one_run(sqlite, 10)
         for _ in range(rounds):
-            out["memory"].append(statistics.median(
-                [await one_run(memory, 10) for _ in range(runs_per_round)]))
-            out["sqlite"].append(statistics.median(
-                [await one_run(sqlite, 10) for _ in range(runs_per_round)]))
+            out["memory"].append(
+                statistics.median([await one_run(memory, 10) for _ in range(runs_per_round)])
+            )
+            out["sqlite"].append(
+                statistics.median([await one_run(sqlite, 10) for _ in range(runs_per_round)])
+            )
             out["resume_memory"].append(await resume_once(memory))
             out["resume_sqlite"].append(await resume_once(sqlite))
         await sqlite.close()

@@ -78,8 +78,12 @@ async def baseline(calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1000
 
 
-def measure(make: Callable[[], tuple[GovernedExecutor, Callable[[], None]]], which: str,
-            calls: int, replay: bool) -> float:
+def measure(
+    make: Callable[[], tuple[GovernedExecutor, Callable[[], None]]],
+    which: str,
+    calls: int,
+    replay: bool,
+) -> float:
     executor, close = make()
     try:
         return asyncio.run(per_call(executor, which, calls, replay))
@@ -129,10 +133,15 @@ def main() -> None:
     print(f"{'case':<62}{'median ms':>12}{'spread ms':>20}")
     for name, run in cases.items():
         samples = sorted(run() for _ in range(args.rounds))
-        results[name] = {"median_ms": statistics.median(samples), "min_ms": samples[0],
-                         "max_ms": samples[-1]}
-        print(f"{name:<62}{statistics.median(samples):>12.3f}"
-              f"{f'{samples[0]:.3f}..{samples[-1]:.3f}':>20}")
+        results[name] = {
+            "median_ms": statistics.median(samples),
+            "min_ms": samples[0],
+            "max_ms": samples[-1],
+        }
+        print(
+            f"{name:<62}{statistics.median(samples):>12.3f}"
+            f"{f'{samples[0]:.3f}..{samples[-1]:.3f}':>20}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", "utf-8")
 

@@ -32,14 +32,26 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "peers"
 PEERS_VENV = PEERS / ".venv-peers"
-PEER_PACKAGES = ["openai-agents", "pydantic-ai-slim", "langgraph",
-                 "langgraph-checkpoint-sqlite", "langchain-core"]
-PEER_IMPORTS = ("import agents, pydantic_ai, langgraph.prebuilt, "
-                "langgraph.checkpoint.sqlite, langchain_core")
-SCRIPTS = {"openai-agents": "agents_sdk.py", "pydantic-ai": "pydantic_ai_bench.py",
-           "langgraph": "langgraph_bench.py"}
-COLD_IMPORTS = {"openai-agents": "import agents", "pydantic-ai": "import pydantic_ai",
-                "langgraph": "import langgraph.prebuilt"}
+PEER_PACKAGES = [
+    "openai-agents",
+    "pydantic-ai-slim",
+    "langgraph",
+    "langgraph-checkpoint-sqlite",
+    "langchain-core",
+]
+PEER_IMPORTS = (
+    "import agents, pydantic_ai, langgraph.prebuilt, langgraph.checkpoint.sqlite, langchain_core"
+)
+SCRIPTS = {
+    "openai-agents": "agents_sdk.py",
+    "pydantic-ai": "pydantic_ai_bench.py",
+    "langgraph": "langgraph_bench.py",
+}
+COLD_IMPORTS = {
+    "openai-agents": "import agents",
+    "pydantic-ai": "import pydantic_ai",
+    "langgraph": "import langgraph.prebuilt",
+}
 
 
 def log(msg: str) -> None:
@@ -52,22 +64,34 @@ def venv_python(root: Path) -> Path:
 
 def ensure_peers_venv() -> Path:
     py = venv_python(PEERS_VENV)
-    if py.exists() and subprocess.run([str(py), "-c", PEER_IMPORTS],
-                                      capture_output=True).returncode == 0:
+    if (
+        py.exists()
+        and subprocess.run(
+            [str(py), "-c", PEER_IMPORTS], check=False, capture_output=True
+        ).returncode
+        == 0
+    ):
         return py
     if not py.exists():
         log(f"creating {PEERS_VENV}")
         venv.EnvBuilder(with_pip=True).create(PEERS_VENV)
     log(f"installing {' '.join(PEER_PACKAGES)} into {PEERS_VENV}")
-    subprocess.run([str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True,
-                   stdout=sys.stderr)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True, stdout=sys.stderr
+    )
     return py
 
 
 def run_json(cmd: list[str], timeout: float = 1800) -> dict[str, Any]:
     log("running " + " ".join(Path(c).name if i < 2 else c for i, c in enumerate(cmd)))
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        cmd,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if proc.returncode != 0 or not lines:
         return {"error": f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
@@ -78,11 +102,13 @@ def run_json(cmd: list[str], timeout: float = 1800) -> dict[str, Any]:
 
 
 def wall(cmd: list[str], n: int) -> list[float]:
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # warm page cache
+    subprocess.run(
+        cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )  # warm page cache
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         out.append(time.perf_counter() - t0)
         if proc.returncode != 0:
             raise RuntimeError(f"{cmd}: {proc.stderr.decode()[-500:]}")
@@ -92,8 +118,12 @@ def wall(cmd: list[str], n: int) -> list[float]:
 def summary(samples: list[float] | None, scale: float = 1000.0) -> dict[str, float] | None:
     if not samples:
         return None
-    return {"median": statistics.median(samples) * scale, "min": min(samples) * scale,
-            "max": max(samples) * scale, "n": len(samples)}
+    return {
+        "median": statistics.median(samples) * scale,
+        "min": min(samples) * scale,
+        "max": max(samples) * scale,
+        "n": len(samples),
+    }
 
 
 def cold_start(oarlock_py: Path, peers_py: Path, n: int) -> dict[str, Any]:
@@ -105,8 +135,9 @@ def cold_start(oarlock_py: Path, peers_py: Path, n: int) -> dict[str, Any]:
         if "run_id" not in made:
             out["oarlock"] = {"error": made.get("error")}
         else:
-            out["oarlock"] = summary(wall([str(oarlock_cli), "--db", db, "runs", "show",
-                                           made["run_id"]], n))
+            out["oarlock"] = summary(
+                wall([str(oarlock_cli), "--db", db, "runs", "show", made["run_id"]], n)
+            )
             out["oarlock"]["command"] = "oarlock --db DB runs show RUN_ID"
     for name, stmt in COLD_IMPORTS.items():
         try:
@@ -132,100 +163,245 @@ def ratio(peer: dict[str, float] | None, base: dict[str, float] | None) -> str:
     return f"{peer['median'] / base['median']:.2f}×"
 
 
+def run_bench(py: Path, script: str, extra: list[str]) -> dict[str, Any]:
+    """One of oarlock's own benchmarks (bench/*.py), its results read from --json."""
+    out = Path(tempfile.mkdtemp(prefix="oarlock-compare-")) / "out.json"
+    done = subprocess.run(
+        [str(py), str(HERE / script), *extra, "--json", str(out)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0 or not out.exists():
+        return {"error": (done.stderr or done.stdout)[-500:]}
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
 def build(args: argparse.Namespace) -> dict[str, Any]:
     oarlock_py = Path(args.oarlock_python)
     peers_py = ensure_peers_venv()
     common = ["--rounds", str(args.rounds), "--runs", str(args.runs)]
-    raw: dict[str, Any] = {"oarlock": run_json([str(oarlock_py), str(PEERS / "oarlock_bench.py"),
-                                                *common])}
+    raw: dict[str, Any] = {
+        "oarlock": run_json([str(oarlock_py), str(PEERS / "oarlock_bench.py"), *common])
+    }
     for name, script in SCRIPTS.items():
         raw[name] = run_json([str(peers_py), str(PEERS / script), *common])
     log("cold starts")
     cold = cold_start(oarlock_py, peers_py, args.cold)
+    log("governed call overhead")
+    governance = run_bench(
+        oarlock_py, "bench_governance.py", ["--rounds", str(args.rounds), "--calls", "200"]
+    )
+    log("scale")
+    scale = run_bench(
+        oarlock_py,
+        "bench_scale.py",
+        ["--stored", str(args.stored), "--concurrent", str(args.concurrent)],
+    )
 
     def pyver(py: Path) -> str:
-        return subprocess.run([str(py), "-c", "import platform; print(platform.python_version())"],
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            [str(py), "-c", "import platform; print(platform.python_version())"],
+            check=False,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
-    versions = {"oarlock": raw["oarlock"].get("version"),
-                "openai-agents": raw["openai-agents"].get("version"),
-                "pydantic-ai-slim": raw["pydantic-ai"].get("version"),
-                "langgraph": raw["langgraph"].get("version"),
-                "langgraph-checkpoint-sqlite": raw["langgraph"].get("checkpoint_sqlite_version"),
-                "langchain-core": raw["langgraph"].get("langchain_core_version")}
-    machine = {"nproc": os.cpu_count(), "platform": platform.platform(),
-               "processor": platform.machine(),
-               "python_oarlock_venv": pyver(oarlock_py), "python_peers_venv": pyver(peers_py)}
+    versions = {
+        "oarlock": raw["oarlock"].get("version"),
+        "openai-agents": raw["openai-agents"].get("version"),
+        "pydantic-ai-slim": raw["pydantic-ai"].get("version"),
+        "langgraph": raw["langgraph"].get("version"),
+        "langgraph-checkpoint-sqlite": raw["langgraph"].get("checkpoint_sqlite_version"),
+        "langchain-core": raw["langgraph"].get("langchain_core_version"),
+    }
+    machine = {
+        "nproc": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "python_oarlock_venv": pyver(oarlock_py),
+        "python_peers_venv": pyver(peers_py),
+    }
 
     # rows: (section, label, framework, samples-in-seconds, baseline key)
     rows: list[dict[str, Any]] = []
 
-    def add(section: str, label: str, fw: str, samples: Any, base: str | None,
-            note: str = "") -> None:
-        rows.append({"section": section, "label": label, "framework": fw,
-                     "ms": summary(samples) if isinstance(samples, list) else None,
-                     "base": base, "note": note})
+    def add(
+        section: str, label: str, fw: str, samples: Any, base: str | None, note: str = ""
+    ) -> None:
+        rows.append(
+            {
+                "section": section,
+                "label": label,
+                "framework": fw,
+                "ms": summary(samples) if isinstance(samples, list) else None,
+                "base": base,
+                "note": note,
+            }
+        )
 
     o, a, p, g = raw["oarlock"], raw["openai-agents"], raw["pydantic-ai"], raw["langgraph"]
     s1 = "1. per model turn, in memory (ms)"
-    add(s1, "oarlock, MemoryStore, governed executor on", "oarlock", o.get("memory_per_turn_s"), None)
-    add(s1, "OpenAI Agents SDK, no persistence", "openai-agents", a.get("memory_per_turn_s"),
-        "oarlock", a.get("error", ""))
-    add(s1, "Pydantic AI, no persistence", "pydantic-ai", p.get("memory_per_turn_s"), "oarlock",
-        p.get("error", ""))
-    add(s1, "LangGraph create_react_agent, ainvoke, no checkpointer", "langgraph",
-        g.get("memory_per_turn_s"), "oarlock", g.get("error", ""))
-    add(s1, "LangGraph create_react_agent, invoke (sync), no checkpointer", "langgraph",
-        g.get("memory_sync_per_turn_s"), "oarlock", g.get("error", ""))
+    add(
+        s1,
+        "oarlock, MemoryStore, governed executor on",
+        "oarlock",
+        o.get("memory_per_turn_s"),
+        None,
+    )
+    add(
+        s1,
+        "OpenAI Agents SDK, no persistence",
+        "openai-agents",
+        a.get("memory_per_turn_s"),
+        "oarlock",
+        a.get("error", ""),
+    )
+    add(
+        s1,
+        "Pydantic AI, no persistence",
+        "pydantic-ai",
+        p.get("memory_per_turn_s"),
+        "oarlock",
+        p.get("error", ""),
+    )
+    add(
+        s1,
+        "LangGraph create_react_agent, ainvoke, no checkpointer",
+        "langgraph",
+        g.get("memory_per_turn_s"),
+        "oarlock",
+        g.get("error", ""),
+    )
+    add(
+        s1,
+        "LangGraph create_react_agent, invoke (sync), no checkpointer",
+        "langgraph",
+        g.get("memory_sync_per_turn_s"),
+        "oarlock",
+        g.get("error", ""),
+    )
     s2 = "2. per model turn, durable SQLite file (ms)"
-    add(s2, "oarlock, SQLiteStore (WAL, synchronous=FULL, commit per step)", "oarlock",
-        o.get("durable_per_turn_s"), None)
-    add(s2, "LangGraph, AsyncSqliteSaver, ainvoke, durability=sync", "langgraph",
-        g.get("durable_per_turn_s"), "oarlock", g.get("error", ""))
-    add(s2, "LangGraph, SqliteSaver, invoke (sync), durability=sync", "langgraph",
-        g.get("durable_sync_per_turn_s"), "oarlock", g.get("error", ""))
+    add(
+        s2,
+        "oarlock, SQLiteStore (WAL, synchronous=FULL, commit per step)",
+        "oarlock",
+        o.get("durable_per_turn_s"),
+        None,
+    )
+    add(
+        s2,
+        "LangGraph, AsyncSqliteSaver, ainvoke, durability=sync",
+        "langgraph",
+        g.get("durable_per_turn_s"),
+        "oarlock",
+        g.get("error", ""),
+    )
+    add(
+        s2,
+        "LangGraph, SqliteSaver, invoke (sync), durability=sync",
+        "langgraph",
+        g.get("durable_sync_per_turn_s"),
+        "oarlock",
+        g.get("error", ""),
+    )
     s3 = "3. resume a run paused on approval after 9 tool turns: load, approve, finish (ms)"
-    add(s3, "oarlock, fresh SQLiteStore + Runner: decide + resume", "oarlock", o.get("resume_s"), None)
-    add(s3, "OpenAI Agents SDK, RunState JSON file: from_string + approve + Runner.run",
-        "openai-agents", a.get("resume_s"), "oarlock", a.get("resume_error", a.get("error", "")))
-    add(s3, "Pydantic AI, message-history JSON file: DeferredToolResults + agent.run",
-        "pydantic-ai", p.get("resume_s"), "oarlock", p.get("resume_error", p.get("error", "")))
-    add(s3, "LangGraph, fresh AsyncSqliteSaver: Command(resume) via ainvoke", "langgraph",
-        g.get("resume_s"), "oarlock", g.get("error", ""))
-    add(s3, "LangGraph, fresh SqliteSaver: Command(resume) via invoke (sync)", "langgraph",
-        g.get("resume_sync_s"), "oarlock", g.get("error", ""))
+    add(
+        s3,
+        "oarlock, fresh SQLiteStore + Runner: decide + resume",
+        "oarlock",
+        o.get("resume_s"),
+        None,
+    )
+    add(
+        s3,
+        "OpenAI Agents SDK, RunState JSON file: from_string + approve + Runner.run",
+        "openai-agents",
+        a.get("resume_s"),
+        "oarlock",
+        a.get("resume_error", a.get("error", "")),
+    )
+    add(
+        s3,
+        "Pydantic AI, message-history JSON file: DeferredToolResults + agent.run",
+        "pydantic-ai",
+        p.get("resume_s"),
+        "oarlock",
+        p.get("resume_error", p.get("error", "")),
+    )
+    add(
+        s3,
+        "LangGraph, fresh AsyncSqliteSaver: Command(resume) via ainvoke",
+        "langgraph",
+        g.get("resume_s"),
+        "oarlock",
+        g.get("error", ""),
+    )
+    add(
+        s3,
+        "LangGraph, fresh SqliteSaver: Command(resume) via invoke (sync)",
+        "langgraph",
+        g.get("resume_sync_s"),
+        "oarlock",
+        g.get("error", ""),
+    )
 
     cold_rows = []
-    for key, label in (("oarlock", "oarlock --db DB runs show RUN_ID"),
-                       ("openai-agents", 'python -c "import agents"'),
-                       ("pydantic-ai", 'python -c "import pydantic_ai"'),
-                       ("langgraph", 'python -c "import langgraph.prebuilt"'),
-                       ("python (oarlock venv)", 'python -c "pass" (oarlock venv, reference)'),
-                       ("python (peers venv)", 'python -c "pass" (peers venv, reference)')):
+    for key, label in (
+        ("oarlock", "oarlock --db DB runs show RUN_ID"),
+        ("openai-agents", 'python -c "import agents"'),
+        ("pydantic-ai", 'python -c "import pydantic_ai"'),
+        ("langgraph", 'python -c "import langgraph.prebuilt"'),
+        ("python (oarlock venv)", 'python -c "pass" (oarlock venv, reference)'),
+        ("python (peers venv)", 'python -c "pass" (peers venv, reference)'),
+    ):
         c = cold.get(key) or {}
-        cold_rows.append({"label": label, "key": key,
-                          "ms": c if "median" in c else None, "error": c.get("error")})
+        cold_rows.append(
+            {
+                "label": label,
+                "key": key,
+                "ms": c if "median" in c else None,
+                "error": c.get("error"),
+            }
+        )
 
     def bytes_of(r: dict[str, Any]) -> dict[str, Any] | None:
         b = r.get("bytes")
         if not b:
             return None
         ten, hundred = b["10"], b["100"]
-        return {"10": ten, "100": hundred,
-                "file_ratio_100_10": hundred["file_bytes"] / ten["file_bytes"]
-                if ten["file_bytes"] else None,
-                "row_ratio_100_10": hundred["row_bytes"] / ten["row_bytes"]
-                if ten["row_bytes"] else None}
+        return {
+            "10": ten,
+            "100": hundred,
+            "file_ratio_100_10": hundred["file_bytes"] / ten["file_bytes"]
+            if ten["file_bytes"]
+            else None,
+            "row_ratio_100_10": hundred["row_bytes"] / ten["row_bytes"]
+            if ten["row_bytes"]
+            else None,
+        }
 
-    return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["python", "bench/compare.py", *sys.argv[1:]]),
-            "settings": {"rounds": args.rounds, "runs_per_round": args.runs,
-                         "cold_start_samples": args.cold},
-            "machine": machine, "versions": versions, "rows": rows, "cold_start": cold_rows,
-            "bytes": {"oarlock": bytes_of(o), "langgraph": bytes_of(g)},
-            "notes": {k: v.get("resume_note") for k, v in raw.items() if v.get("resume_note")},
-            "errors": {k: v["error"] for k, v in raw.items() if "error" in v},
-            "raw": raw}
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python", "bench/compare.py", *sys.argv[1:]]),
+        "settings": {
+            "rounds": args.rounds,
+            "runs_per_round": args.runs,
+            "cold_start_samples": args.cold,
+        },
+        "machine": machine,
+        "versions": versions,
+        "rows": rows,
+        "cold_start": cold_rows,
+        "bytes": {"oarlock": bytes_of(o), "langgraph": bytes_of(g)},
+        "governance": governance,
+        "scale": scale,
+        "notes": {k: v.get("resume_note") for k, v in raw.items() if v.get("resume_note")},
+        "errors": {k: v["error"] for k, v in raw.items() if "error" in v},
+        "raw": raw,
+    }
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -262,27 +438,36 @@ def markdown(res: dict[str, Any]) -> str:
             base = r["ms"]
         med, spread = fmt_ms(r["ms"])
         note = f" (missing: {r['note']})" if r["ms"] is None and r["note"] else ""
-        out.append(f"| {r['label']}{note} | {med} | {spread} | "
-                   f"{'(baseline)' if r['base'] is None else ratio(r['ms'], base)} |")
+        out.append(
+            f"| {r['label']}{note} | {med} | {spread} | "
+            f"{'(baseline)' if r['base'] is None else ratio(r['ms'], base)} |"
+        )
     out.append("| **4. cold start: fresh process wall time (ms)** | | | |")
     cold_base = res["cold_start"][0]["ms"]
     for r in res["cold_start"]:
         med, spread = fmt_ms(r["ms"])
         err = f" (missing: {r['error']})" if r["error"] else ""
-        rat = "(baseline)" if r["key"] == "oarlock" else (
-            "—" if r["key"].startswith("python") else ratio(r["ms"], cold_base))
+        rat = (
+            "(baseline)"
+            if r["key"] == "oarlock"
+            else ("—" if r["key"].startswith("python") else ratio(r["ms"], cold_base))
+        )
         out.append(f"| {r['label']}{err} | {med} | {spread} | {rat} |")
-    out += ["", "## 5. Bytes stored for one run (SQLite)", "",
-            "File bytes: size of the database file after `PRAGMA wal_checkpoint(TRUNCATE)`, "
-            "minus the size of an empty, initialized store. Row bytes: the sum of every stored "
-            "value's length (`LENGTH(CAST(col AS BLOB))`, integers counted as their decimal "
-            "text) over all tables — for oarlock the run document, events and governance rows "
-            "(ledger, invocations, claims, receipts, artifacts); for LangGraph its "
-            "`checkpoints` and `writes` tables (SqliteSaver, a checkpoint after every step).",
-            "",
-            "| store | 10-turn file bytes | 100-turn file bytes | 100/10 | 10-turn row bytes "
-            "| 100-turn row bytes | 100/10 | LangGraph / oarlock (file, 10 / 100) |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += [
+        "",
+        "## 5. Bytes stored for one run (SQLite)",
+        "",
+        "File bytes: size of the database file after `PRAGMA wal_checkpoint(TRUNCATE)`, "
+        "minus the size of an empty, initialized store. Row bytes: the sum of every stored "
+        "value's length (`LENGTH(CAST(col AS BLOB))`, integers counted as their decimal "
+        "text) over all tables — for oarlock the run document, events and governance rows "
+        "(ledger, invocations, claims, receipts, artifacts); for LangGraph its "
+        "`checkpoints` and `writes` tables (SqliteSaver, a checkpoint after every step).",
+        "",
+        "| store | 10-turn file bytes | 100-turn file bytes | 100/10 | 10-turn row bytes "
+        "| 100-turn row bytes | 100/10 | LangGraph / oarlock (file, 10 / 100) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     ob, lb = res["bytes"]["oarlock"], res["bytes"]["langgraph"]
     for name, b in (("oarlock SQLiteStore", ob), ("LangGraph SqliteSaver", lb)):
         if not b:
@@ -290,29 +475,39 @@ def markdown(res: dict[str, Any]) -> str:
             continue
         cmp = "(baseline)"
         if b is lb and ob:
-            cmp = (f"{lb['10']['file_bytes'] / ob['10']['file_bytes']:.2f}× / "
-                   f"{lb['100']['file_bytes'] / ob['100']['file_bytes']:.2f}×")
-        out.append(f"| {name} | {b['10']['file_bytes']:,} | {b['100']['file_bytes']:,} | "
-                   f"{b['file_ratio_100_10']:.1f} | {b['10']['row_bytes']:,} | "
-                   f"{b['100']['row_bytes']:,} | {b['row_ratio_100_10']:.1f} | {cmp} |")
-    out += ["", "## Notes", "",
-            "- No persistence for the Agents SDK and Pydantic AI in row 1 and no durable row for "
-            "them in 2: neither ships a run store. Their pause/resume rows (3) serialize the "
-            "paused state to a JSON file (not a transactional store) and time reading it back, "
-            "recording the approval and finishing.",
-            "- Agents SDK tracing is disabled (`set_tracing_disabled(True)`); otherwise it would "
-            "try to export spans.",
-            "- LangGraph durable rows use `durability=\"sync\"` (each step's checkpoint is written "
-            "before the next starts) with `PRAGMA synchronous=FULL` on a WAL database, to match "
-            "oarlock's commit-per-step; LangGraph's default (`\"async\"`) overlaps the write with "
-            "the next step.",
-            "- oarlock pause/resume: the timed part constructs a fresh `SQLiteStore` and `Runner` "
-            "on the file, then `decide(..., 'approved')` and `resume(...)`; LangGraph's opens a "
-            "fresh connection + saver and compiles the agent, then `Command(resume=...)`.",
-            "- Cold start is process wall time including interpreter start; `python -c pass` "
-            "rows are the floor. oarlock's row also opens the DB and prints a run's timeline; "
-            "the peers' rows only import the package.",
-            ]
+            cmp = (
+                f"{lb['10']['file_bytes'] / ob['10']['file_bytes']:.2f}× / "
+                f"{lb['100']['file_bytes'] / ob['100']['file_bytes']:.2f}×"
+            )
+        out.append(
+            f"| {name} | {b['10']['file_bytes']:,} | {b['100']['file_bytes']:,} | "
+            f"{b['file_ratio_100_10']:.1f} | {b['10']['row_bytes']:,} | "
+            f"{b['100']['row_bytes']:,} | {b['row_ratio_100_10']:.1f} | {cmp} |"
+        )
+    out += governance_section(res.get("governance") or {})
+    out += scale_section(res.get("scale") or {})
+    out += targets_section(res)
+    out += [
+        "",
+        "## Notes",
+        "",
+        "- No persistence for the Agents SDK and Pydantic AI in row 1 and no durable row for "
+        "them in 2: neither ships a run store. Their pause/resume rows (3) serialize the "
+        "paused state to a JSON file (not a transactional store) and time reading it back, "
+        "recording the approval and finishing.",
+        "- Agents SDK tracing is disabled (`set_tracing_disabled(True)`); otherwise it would "
+        "try to export spans.",
+        '- LangGraph durable rows use `durability="sync"` (each step\'s checkpoint is written '
+        "before the next starts) with `PRAGMA synchronous=FULL` on a WAL database, to match "
+        "oarlock's commit-per-step; LangGraph's default (`\"async\"`) overlaps the write with "
+        "the next step.",
+        "- oarlock pause/resume: the timed part constructs a fresh `SQLiteStore` and `Runner` "
+        "on the file, then `decide(..., 'approved')` and `resume(...)`; LangGraph's opens a "
+        "fresh connection + saver and compiles the agent, then `Command(resume=...)`.",
+        "- Cold start is process wall time including interpreter start; `python -c pass` "
+        "rows are the floor. oarlock's row also opens the DB and prints a run's timeline; "
+        "the peers' rows only import the package.",
+    ]
     for k, note in res["notes"].items():
         out.append(f"- {k} resume: {note}")
     for k, err in res["errors"].items():
@@ -320,20 +515,131 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def governance_section(gov: dict[str, Any]) -> list[str]:
+    out = [
+        "",
+        "## 6. Governed call overhead (oarlock)",
+        "",
+        "One tool call through policy, approval check, idempotency claim, receipt and "
+        "ledger (`bench/bench_governance.py`); each call has a fresh key.",
+        "",
+        "| case | median ms | min..max ms |",
+        "| --- | ---: | ---: |",
+    ]
+    if "error" in gov:
+        return [*out, f"| (missing: {gov['error'][:200]}) | — | — |"]
+    for name, r in gov.items():
+        out.append(f"| {name} | {r['median_ms']:.3f} | {r['min_ms']:.3f}..{r['max_ms']:.3f} |")
+    return out
+
+
+def scale_section(sc: dict[str, Any]) -> list[str]:
+    out = ["", "## 7. Scale (oarlock)", ""]
+    if "error" in sc or not sc:
+        return [*out, f"missing: {sc.get('error', 'not run')[:300]}"]
+    lst, mem, sql = sc["listing"], sc["concurrent_memory"], sc["concurrent_sqlite"]
+    return [
+        *out,
+        "| case | result |",
+        "| --- | ---: |",
+        f"| list the runs waiting for approval among {sc['stored_runs']:,} stored "
+        f"({lst['waiting_found']:,} found, SQLite) | {lst['waiting_ms']:.1f} ms |",
+        f"| list the 50 newest of {sc['stored_runs']:,} | {lst['newest_50_ms']:.2f} ms |",
+        f"| {mem['runs']:,} concurrent runs, 100 ms model latency, in memory | "
+        f"{mem['wall_s']:.2f} s (ideal {mem['ideal_s']:.2f} s: {mem['efficiency']:.0%}) |",
+        f"| {sql['runs']:,} concurrent runs, 100 ms model latency, SQLite | "
+        f"{sql['wall_s']:.2f} s (ideal {sql['ideal_s']:.2f} s: {sql['efficiency']:.0%}) |",
+        "",
+        "Each concurrent run makes two model requests and one governed tool call; one "
+        "process on one event loop does all the CPU work, so the wall time is bound by "
+        "that work (and, on SQLite, by one flushed commit after another), not by waiting.",
+    ]
+
+
+def _fastest(rows: list[dict[str, Any]], section: str) -> tuple[float | None, float | None]:
+    base = peer = None
+    for r in rows:
+        if r["section"] == section and r["ms"]:
+            if r["base"] is None:
+                base = r["ms"]["median"]
+            else:
+                peer = r["ms"]["median"] if peer is None else min(peer, r["ms"]["median"])
+    return base, peer
+
+
+def targets_section(res: dict[str, Any]) -> list[str]:
+    rows = res["rows"]
+    out = [
+        "",
+        "## Targets",
+        "",
+        "| target | wanted | measured | met |",
+        "| --- | ---: | ---: | :---: |",
+    ]
+
+    def line(name: str, wanted: float, got: float | None, more_is_better: bool = True) -> None:
+        if got is None:
+            out.append(f"| {name} | {wanted:g}× | — | missing |")
+            return
+        ok = got >= wanted if more_is_better else got <= wanted
+        miss = "" if ok else f" (short by {wanted / got:.1f}×)" if more_is_better else ""
+        out.append(f"| {name} | {wanted:g}× | {got:.2f}× | {'yes' if ok else 'no' + miss} |")
+
+    sections = sorted({r["section"] for r in rows})
+    for key, wanted, name in (
+        ("1.", 10, "in memory, per governed turn vs the fastest peer"),
+        ("2.", 8, "durable, per turn vs LangGraph with SqliteSaver"),
+        ("3.", 10, "pause and resume vs the fastest peer"),
+    ):
+        sec = next((s for s in sections if s.startswith(key)), None)
+        base, peer = _fastest(rows, sec) if sec else (None, None)
+        line(name, wanted, peer / base if base and peer else None)
+    cold = {r["key"]: r["ms"] for r in res["cold_start"]}
+    peers = [
+        cold[k]["median"] for k in ("openai-agents", "pydantic-ai", "langgraph") if cold.get(k)
+    ]
+    got = min(peers) / cold["oarlock"]["median"] if peers and cold.get("oarlock") else None
+    line("cold `runs show` vs the fastest peer's import", 10, got)
+    ob, lb = res["bytes"]["oarlock"], res["bytes"]["langgraph"]
+    if ob and lb:
+        line(
+            "bytes stored, 10-turn run, LangGraph / oarlock",
+            5,
+            lb["10"]["file_bytes"] / ob["10"]["file_bytes"],
+        )
+        r = ob["file_ratio_100_10"]
+        out.append(
+            f"| 100-turn run / 10-turn run (file bytes; rows "
+            f"{ob['row_ratio_100_10']:.1f}) | ≤ 12 | {r:.1f} | "
+            f"{'yes' if r <= 12 else 'no'} |"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--runs", type=int, default=10, help="runs per round (default 10)")
     ap.add_argument("--cold", type=int, default=5, help="cold-start samples (default 5)")
     ap.add_argument("--quick", action="store_true", help="3 rounds × 3 runs, 3 cold starts")
-    ap.add_argument("--out", default=str(HERE / "results"),
-                    help="output stem: writes STEM.md and STEM.json (default bench/results)")
-    ap.add_argument("--oarlock-python", default=sys.executable,
-                    help="python of oarlock's venv (default: the one running this)")
+    ap.add_argument("--stored", type=int, default=100_000, help="runs stored for the scale test")
+    ap.add_argument("--concurrent", type=int, default=1000, help="concurrent runs (scale test)")
+    ap.add_argument(
+        "--out",
+        default=str(HERE / "results"),
+        help="output stem: writes STEM.md and STEM.json (default bench/results)",
+    )
+    ap.add_argument(
+        "--oarlock-python",
+        default=sys.executable,
+        help="python of oarlock's venv (default: the one running this)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.runs, args.cold = 3, 3, 3
+        args.stored, args.concurrent = 10_000, 200
     res = build(args)
     md = markdown(res)
     stem = Path(args.out)

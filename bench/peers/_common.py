@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-TOOL_TURNS = 10          # tool calls per workload run
+TOOL_TURNS = 10  # tool calls per workload run
 MODEL_TURNS = TOOL_TURNS + 1  # per-turn figures divide a whole run by this (11 model turns)
 
 
@@ -47,8 +47,12 @@ def row_bytes(path: Path) -> dict[str, int]:
     """Bytes of stored values, per table: the sum of every column's length as a blob."""
     conn = sqlite3.connect(path)
     try:
-        tables = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
         out: dict[str, int] = {}
         for table in tables:
             cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]

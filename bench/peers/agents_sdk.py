@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, emit, quiet  # noqa: E402
+from _common import MODEL_TURNS, TOOL_TURNS, emit, quiet
 
 REAL_STDOUT = quiet()
 
@@ -59,26 +59,53 @@ class CannedModel(Model):
         self.tool_turns = tool_turns
         self.final_call = final_call
 
-    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any,
-                           tools: Any, output_schema: Any, handoffs: Any, tracing: Any,
-                           **kwargs: Any) -> ModelResponse:
-        done = 0 if isinstance(input, str) else sum(
-            1 for item in input
-            if (item.get("type") if isinstance(item, dict) else getattr(item, "type", None))
-            == "function_call_output")
+    async def get_response(
+        self,
+        system_instructions: Any,
+        input: Any,
+        model_settings: Any,
+        tools: Any,
+        output_schema: Any,
+        handoffs: Any,
+        tracing: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
+        done = (
+            0
+            if isinstance(input, str)
+            else sum(
+                1
+                for item in input
+                if (item.get("type") if isinstance(item, dict) else getattr(item, "type", None))
+                == "function_call_output"
+            )
+        )
         if done < self.tool_turns:
             out: Any = ResponseFunctionToolCall(
-                type="function_call", call_id=f"call_{done}", name="echo",
-                arguments=json.dumps({"text": f"turn {done}"}), id=f"fc_{done}",
-                status="completed")
+                type="function_call",
+                call_id=f"call_{done}",
+                name="echo",
+                arguments=json.dumps({"text": f"turn {done}"}),
+                id=f"fc_{done}",
+                status="completed",
+            )
         elif self.final_call and done == self.tool_turns:
             out = ResponseFunctionToolCall(
-                type="function_call", call_id=f"call_{done}", name=self.final_call,
-                arguments=json.dumps({"amount": 5}), id=f"fc_{done}", status="completed")
+                type="function_call",
+                call_id=f"call_{done}",
+                name=self.final_call,
+                arguments=json.dumps({"amount": 5}),
+                id=f"fc_{done}",
+                status="completed",
+            )
         else:
             out = ResponseOutputMessage(
-                id="msg_done", type="message", role="assistant", status="completed",
-                content=[ResponseOutputText(type="output_text", text="done", annotations=[])])
+                id="msg_done",
+                type="message",
+                role="assistant",
+                status="completed",
+                content=[ResponseOutputText(type="output_text", text="done", annotations=[])],
+            )
         return ModelResponse(output=[out], usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -86,8 +113,9 @@ class CannedModel(Model):
 
 
 def agent_for(tool_turns: int, final_call: str | None = None) -> Agent:
-    return Agent(name="bench", instructions="", model=CannedModel(tool_turns, final_call),
-                 tools=[echo, pay])
+    return Agent(
+        name="bench", instructions="", model=CannedModel(tool_turns, final_call), tools=[echo, pay]
+    )
 
 
 async def one_run(agent: Agent) -> float:
@@ -103,8 +131,10 @@ async def per_turn(rounds: int, runs: int) -> list[float]:
     agent = agent_for(TOOL_TURNS)
     for _ in range(3):
         await one_run(agent)
-    return [statistics.median([await one_run(agent) for _ in range(runs)]) / MODEL_TURNS
-            for _ in range(rounds)]
+    return [
+        statistics.median([await one_run(agent) for _ in range(runs)]) / MODEL_TURNS
+        for _ in range(rounds)
+    ]
 
 
 async def resume_once(path: Path) -> float:
@@ -132,9 +162,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         tmp = Path(tmpname)
         try:
             await resume_once(tmp / "warm.json")
-            out["resume_s"] = [await resume_once(tmp / f"state-{i}.json")
-                               for i in range(args.rounds)]
-            out["resume_note"] = "RunState.to_string() in a JSON file; read + from_string + approve + Runner.run"
+            out["resume_s"] = [
+                await resume_once(tmp / f"state-{i}.json") for i in range(args.rounds)
+            ]
+            out["resume_note"] = (
+                "RunState.to_string() in a JSON file; read + from_string + approve + Runner.run"
+            )
         except Exception as exc:  # record, don't hide
             out["resume_s"] = None
             out["resume_error"] = f"{type(exc).__name__}: {exc}"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, emit, quiet, row_bytes  # noqa: E402
+from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, emit, quiet, row_bytes
 
 REAL_STDOUT = quiet()
 
@@ -80,28 +80,52 @@ class CannedChat(BaseChatModel):
     def _reply(self, messages: list[Any]) -> AIMessage:
         done = sum(1 for m in messages if isinstance(m, ToolMessage))
         if done < self.tool_turns:
-            return AIMessage(content="", tool_calls=[
-                {"name": self.tool_name, "args": {"text": f"turn {done}"},
-                 "id": f"call_{done}", "type": "tool_call"}])
+            return AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": self.tool_name,
+                        "args": {"text": f"turn {done}"},
+                        "id": f"call_{done}",
+                        "type": "tool_call",
+                    }
+                ],
+            )
         if self.final_call and done == self.tool_turns:
-            return AIMessage(content="", tool_calls=[
-                {"name": self.final_call, "args": {"amount": 5}, "id": f"call_{done}",
-                 "type": "tool_call"}])
+            return AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": self.final_call,
+                        "args": {"amount": 5},
+                        "id": f"call_{done}",
+                        "type": "tool_call",
+                    }
+                ],
+            )
         return AIMessage(content="done")
 
-    def _generate(self, messages: list[Any], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
 
-    async def _agenerate(self, messages: list[Any], stop: Any = None, run_manager: Any = None,
-                         **kwargs: Any) -> ChatResult:
+    async def _agenerate(
+        self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
 
 
-def graph_for(checkpointer: Any = None, *, sync: bool = False, tool_turns: int = TOOL_TURNS,
-              final_call: str | None = None) -> Any:
-    model = CannedChat(tool_turns=tool_turns, final_call=final_call,
-                       tool_name="echo_sync" if sync else "echo")
+def graph_for(
+    checkpointer: Any = None,
+    *,
+    sync: bool = False,
+    tool_turns: int = TOOL_TURNS,
+    final_call: str | None = None,
+) -> Any:
+    model = CannedChat(
+        tool_turns=tool_turns, final_call=final_call, tool_name="echo_sync" if sync else "echo"
+    )
     tools = [echo_sync if sync else echo, pay]
     return create_react_agent(model, tools, checkpointer=checkpointer)
 
@@ -138,15 +162,19 @@ def run_sync(graph: Any, durable: bool, turns: int = TOOL_TURNS) -> float:
 async def per_turn_async(graph: Any, durable: bool, rounds: int, runs: int) -> list[float]:
     for _ in range(3):
         await run_async(graph, durable)
-    return [statistics.median([await run_async(graph, durable) for _ in range(runs)])
-            / MODEL_TURNS for _ in range(rounds)]
+    return [
+        statistics.median([await run_async(graph, durable) for _ in range(runs)]) / MODEL_TURNS
+        for _ in range(rounds)
+    ]
 
 
 def per_turn_sync(graph: Any, durable: bool, rounds: int, runs: int) -> list[float]:
     for _ in range(3):
         run_sync(graph, durable)
-    return [statistics.median([run_sync(graph, durable) for _ in range(runs)]) / MODEL_TURNS
-            for _ in range(rounds)]
+    return [
+        statistics.median([run_sync(graph, durable) for _ in range(runs)]) / MODEL_TURNS
+        for _ in range(rounds)
+    ]
 
 
 def sqlite_conn(path: Path) -> sqlite3.Connection:
@@ -214,35 +242,49 @@ def stored_bytes(tmp: Path, turns: int) -> dict[str, Any]:
     base = checkpointed_size(empty)
     size = checkpointed_size(full)
     rows = row_bytes(full)
-    return {"file_bytes": size - base, "empty_file_bytes": base,
-            "row_bytes": sum(rows.values()), "row_bytes_by_table": rows}
+    return {
+        "file_bytes": size - base,
+        "empty_file_bytes": base,
+        "row_bytes": sum(rows.values()),
+        "row_bytes_by_table": rows,
+    }
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"framework": "langgraph", "version": version("langgraph"),
-                           "checkpoint_sqlite_version": version("langgraph-checkpoint-sqlite"),
-                           "langchain_core_version": version("langchain-core")}
+    out: dict[str, Any] = {
+        "framework": "langgraph",
+        "version": version("langgraph"),
+        "checkpoint_sqlite_version": version("langgraph-checkpoint-sqlite"),
+        "langchain_core_version": version("langchain-core"),
+    }
     out["memory_per_turn_s"] = await per_turn_async(graph_for(), False, args.rounds, args.runs)
-    out["memory_sync_per_turn_s"] = per_turn_sync(graph_for(sync=True), False, args.rounds,
-                                                  args.runs)
+    out["memory_sync_per_turn_s"] = per_turn_sync(
+        graph_for(sync=True), False, args.rounds, args.runs
+    )
     with tempfile.TemporaryDirectory() as tmpname:
         tmp = Path(tmpname)
         conn = await aio_conn(tmp / "durable-async.db")
         out["durable_per_turn_s"] = await per_turn_async(
-            graph_for(AsyncSqliteSaver(conn)), True, args.rounds, args.runs)
+            graph_for(AsyncSqliteSaver(conn)), True, args.rounds, args.runs
+        )
         await conn.close()
         sconn = sqlite_conn(tmp / "durable-sync.db")
         out["durable_sync_per_turn_s"] = per_turn_sync(
-            graph_for(SqliteSaver(sconn), sync=True), True, args.rounds, args.runs)
+            graph_for(SqliteSaver(sconn), sync=True), True, args.rounds, args.runs
+        )
         sconn.close()
         await resume_once_async(tmp / "warm-a.db")
-        out["resume_s"] = [await resume_once_async(tmp / f"resume-a-{i}.db")
-                           for i in range(args.rounds)]
+        out["resume_s"] = [
+            await resume_once_async(tmp / f"resume-a-{i}.db") for i in range(args.rounds)
+        ]
         resume_once_sync(tmp / "warm-s.db")
-        out["resume_sync_s"] = [resume_once_sync(tmp / f"resume-s-{i}.db")
-                                for i in range(args.rounds)]
-        out["resume_note"] = ("fresh AsyncSqliteSaver/SqliteSaver connection + compile + "
-                              "invoke(Command(resume='approved')); tool calls interrupt()")
+        out["resume_sync_s"] = [
+            resume_once_sync(tmp / f"resume-s-{i}.db") for i in range(args.rounds)
+        ]
+        out["resume_note"] = (
+            "fresh AsyncSqliteSaver/SqliteSaver connection + compile + "
+            "invoke(Command(resume='approved')); tool calls interrupt()"
+        )
         out["bytes"] = {str(n): stored_bytes(tmp, n) for n in (TOOL_TURNS, 100)}
     return out
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, emit, quiet, row_bytes  # noqa: E402
+from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, emit, quiet, row_bytes
 
 REAL_STDOUT = quiet()
 
@@ -52,8 +52,12 @@ def script(tool_turns: int, final_call: str | None = None) -> list[dict[str, Any
 
 
 def agent_for(tool_turns: int, final_call: str | None = None) -> Agent:
-    return Agent("bench", ScriptedModel(script(tool_turns, final_call)), tools=[echo, pay],
-                 limits=Limits(max_turns=tool_turns + 10))
+    return Agent(
+        "bench",
+        ScriptedModel(script(tool_turns, final_call)),
+        tools=[echo, pay],
+        limits=Limits(max_turns=tool_turns + 10),
+    )
 
 
 async def one_run(store: Any, turns: int = TOOL_TURNS) -> float:
@@ -69,8 +73,10 @@ async def one_run(store: Any, turns: int = TOOL_TURNS) -> float:
 async def per_turn(store: Any, rounds: int, runs: int) -> list[float]:
     for _ in range(3):
         await one_run(store)
-    return [statistics.median([await one_run(store) for _ in range(runs)]) / MODEL_TURNS
-            for _ in range(rounds)]
+    return [
+        statistics.median([await one_run(store) for _ in range(runs)]) / MODEL_TURNS
+        for _ in range(rounds)
+    ]
 
 
 async def resume_once(path: Path) -> float:
@@ -104,8 +110,12 @@ async def stored_bytes(tmp: Path, turns: int) -> dict[str, Any]:
     base = checkpointed_size(empty)
     size = checkpointed_size(full)
     rows = row_bytes(full)
-    return {"file_bytes": size - base, "empty_file_bytes": base,
-            "row_bytes": sum(rows.values()), "row_bytes_by_table": rows}
+    return {
+        "file_bytes": size - base,
+        "empty_file_bytes": base,
+        "row_bytes": sum(rows.values()),
+        "row_bytes_by_table": rows,
+    }
 
 
 async def make_run(db: Path) -> str:
@@ -115,8 +125,10 @@ async def make_run(db: Path) -> str:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"framework": "oarlock", "version": oarlock.__version__
-                           if hasattr(oarlock, "__version__") else None}
+    out: dict[str, Any] = {
+        "framework": "oarlock",
+        "version": oarlock.__version__ if hasattr(oarlock, "__version__") else None,
+    }
     with tempfile.TemporaryDirectory() as tmpname:
         tmp = Path(tmpname)
         out["memory_per_turn_s"] = await per_turn(MemoryStore(), args.rounds, args.runs)

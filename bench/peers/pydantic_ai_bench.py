@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, emit, quiet  # noqa: E402
+from _common import MODEL_TURNS, TOOL_TURNS, emit, quiet
 
 REAL_STDOUT = quiet()
 
@@ -37,21 +37,26 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
 def model_for(tool_turns: int, final_call: str | None = None) -> FunctionModel:
     def respond(messages: list[Any], info: AgentInfo) -> ModelResponse:
-        done = sum(1 for m in messages for p in getattr(m, "parts", ())
-                   if isinstance(p, ToolReturnPart))
+        done = sum(
+            1 for m in messages for p in getattr(m, "parts", ()) if isinstance(p, ToolReturnPart)
+        )
         if done < tool_turns:
-            return ModelResponse(parts=[ToolCallPart("echo", {"text": f"turn {done}"},
-                                                     tool_call_id=f"call_{done}")])
+            return ModelResponse(
+                parts=[ToolCallPart("echo", {"text": f"turn {done}"}, tool_call_id=f"call_{done}")]
+            )
         if final_call and done == tool_turns:
-            return ModelResponse(parts=[ToolCallPart(final_call, {"amount": 5},
-                                                     tool_call_id=f"call_{done}")])
+            return ModelResponse(
+                parts=[ToolCallPart(final_call, {"amount": 5}, tool_call_id=f"call_{done}")]
+            )
         return ModelResponse(parts=[TextPart("done")])
+
     return FunctionModel(respond)
 
 
 def agent_for(tool_turns: int, final_call: str | None = None) -> Agent[None, Any]:
-    agent: Agent[None, Any] = Agent(model_for(tool_turns, final_call),
-                                    output_type=[str, DeferredToolRequests])
+    agent: Agent[None, Any] = Agent(
+        model_for(tool_turns, final_call), output_type=[str, DeferredToolRequests]
+    )
 
     @agent.tool_plain
     async def echo(text: str) -> str:
@@ -79,8 +84,10 @@ async def per_turn(rounds: int, runs: int) -> list[float]:
     agent = agent_for(TOOL_TURNS)
     for _ in range(3):
         await one_run(agent)
-    return [statistics.median([await one_run(agent) for _ in range(runs)]) / MODEL_TURNS
-            for _ in range(rounds)]
+    return [
+        statistics.median([await one_run(agent) for _ in range(runs)]) / MODEL_TURNS
+        for _ in range(rounds)
+    ]
 
 
 async def resume_once(path: Path) -> float:
@@ -92,12 +99,17 @@ async def resume_once(path: Path) -> float:
     path.write_bytes(ModelMessagesTypeAdapter.dump_json(result.all_messages()))
     t0 = time.perf_counter()
     history = ModelMessagesTypeAdapter.validate_json(path.read_bytes())
-    done = await agent.run(message_history=history,
-                           deferred_tool_results=DeferredToolResults(
-                               approvals={cid: True for cid in call_ids}))
+    done = await agent.run(
+        message_history=history,
+        deferred_tool_results=DeferredToolResults(approvals=dict.fromkeys(call_ids, True)),
+    )
     elapsed = time.perf_counter() - t0
-    paid = [p.content for m in done.all_messages() for p in getattr(m, "parts", ())
-            if isinstance(p, ToolReturnPart) and p.tool_name == "pay"]
+    paid = [
+        p.content
+        for m in done.all_messages()
+        for p in getattr(m, "parts", ())
+        if isinstance(p, ToolReturnPart) and p.tool_name == "pay"
+    ]
     if done.output != "done" or paid != ["paid 5.0"]:
         raise RuntimeError(f"unexpected end: {done.output!r}, {paid!r}")
     return elapsed
@@ -110,10 +122,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         tmp = Path(tmpname)
         try:
             await resume_once(tmp / "warm.json")
-            out["resume_s"] = [await resume_once(tmp / f"history-{i}.json")
-                               for i in range(args.rounds)]
-            out["resume_note"] = ("message history JSON file; read + validate_json + "
-                                  "agent.run(deferred_tool_results=approved)")
+            out["resume_s"] = [
+                await resume_once(tmp / f"history-{i}.json") for i in range(args.rounds)
+            ]
+            out["resume_note"] = (
+                "message history JSON file; read + validate_json + "
+                "agent.run(deferred_tool_results=approved)"
+            )
         except Exception as exc:  # record, don't hide
             out["resume_s"] = None
             out["resume_error"] = f"{type(exc).__name__}: {exc}"
