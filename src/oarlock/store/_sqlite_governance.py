@@ -7,11 +7,12 @@ transaction that reads the ledger's head and appends to it, so writers in severa
 processes extend one chain without forks. The idempotency claim is a unique insert
 (``ON CONFLICT DO NOTHING``, then a look at who holds the key), never select-then-insert.
 
-What is flushed to disk before a method returns: approvals, reconciliations, checkpoints
-and the claim of a side-effecting call (it must be durable before the effect starts). A
-``read`` or ``sandbox`` claim, a receipt and a refused call are committed atomically but
-flushed by the next flushed commit, which the runner makes before anything is
-acknowledged: the run document that hands the result to the model. A power cut before
+What is flushed to disk before a method returns: reconciliations, checkpoints and the
+claim of a side-effecting call (it must be durable before the effect starts). A ``read``
+or ``sandbox`` claim, a receipt, a refused call and an approval are committed atomically
+but flushed by the next flushed commit, which the runner makes before anything is
+acknowledged: the run document that records the decision or hands the result to the
+model. A power cut before
 that loses the receipt and the run's step together; the resumed run then finds a
 side-effecting call's durable claim without a receipt (Uncertain), or runs a read again.
 A killed process loses nothing: WAL commits survive it.
@@ -146,7 +147,9 @@ class SQLiteGovernanceStore:
 
     # -- writes -------------------------------------------------------------------------
     async def record_approval(self, approval: Approval) -> None:
-        with self._runs.transaction("recording an approval"):
+        # flushed by the run's commit of the decision, which follows at once and before
+        # the decision is acknowledged; lost with it in a power cut, never without it
+        with self._runs.transaction("recording an approval", flush=False):
             self._insert_approval(self._runs.db(), approval, approval.decided_at)
 
     async def begin(
