@@ -3,12 +3,15 @@ oarlock's venv and the peers' venv)."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import logging
 import os
 import sqlite3
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,20 @@ def quiet() -> Any:
     real = sys.stdout
     sys.stdout = sys.stderr
     return real
+
+
+def arguments() -> argparse.ArgumentParser:
+    """The options every script takes: rounds, and runs per round."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=10)
+    return ap
+
+
+def run_script(real_stdout: Any, main_async: Callable[[argparse.Namespace], Any]) -> int:
+    """Parse the options, run the script's measurements, print their one JSON object."""
+    emit(real_stdout, asyncio.run(main_async(arguments().parse_args())))
+    return 0
 
 
 def emit(real_stdout: Any, payload: dict[str, Any]) -> None:

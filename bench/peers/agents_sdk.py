@@ -11,7 +11,6 @@ Pause/resume: ``pay`` is a function_tool with ``needs_approval=True``; the pause
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, emit, quiet
+from _common import MODEL_TURNS, TOOL_TURNS, quiet, run_script
 
 REAL_STDOUT = quiet()
 
@@ -175,12 +174,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--runs", type=int, default=10)
-    args = ap.parse_args()
-    emit(REAL_STDOUT, asyncio.run(main_async(args)))
-    return 0
+    return run_script(REAL_STDOUT, main_async)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ file, compiles the agent and invokes ``Command(resume="approved")``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sqlite3
 import statistics
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, emit, quiet, row_bytes
+from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, quiet, row_bytes, run_script
 
 REAL_STDOUT = quiet()
 
@@ -290,12 +289,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--runs", type=int, default=10)
-    args = ap.parse_args()
-    emit(REAL_STDOUT, asyncio.run(main_async(args)))
-    return 0
+    return run_script(REAL_STDOUT, main_async)
 
 
 if __name__ == "__main__":

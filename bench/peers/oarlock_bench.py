@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, emit, quiet, row_bytes
+from _common import MODEL_TURNS, TOOL_TURNS, arguments, checkpointed_size, emit, quiet, row_bytes
 
 REAL_STDOUT = quiet()
 
@@ -141,9 +141,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--runs", type=int, default=10)
+    ap = arguments()
     ap.add_argument("--make-run", metavar="DB", help="store one 10-turn run in DB, print its id")
     args = ap.parse_args()
     if args.make_run:

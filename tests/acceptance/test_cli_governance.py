@@ -182,3 +182,60 @@ def test_audit_verify_catches_a_rewritten_history_only_with_a_checkpoint(
     assert cli("audit", "verify").returncode == 0  # a consistent forgery needs a checkpoint
     out = cli("audit", "verify", "--public-key", str(tmp_path / "k.pub"), "--checkpoint", str(kept))
     assert out.returncode == 1 and "checkpoint_mismatch" in out.stderr
+
+
+def test_approve_as_a_principal_with_an_expiry_that_has_passed(tmp_path: Path) -> None:
+    import asyncio
+
+    from oarlock.demo import AGENT_FILE
+    from oarlock.store import SQLiteStore
+
+    cli = Cli(tmp_path)
+    cli.ok("run", str(AGENT_FILE), "Order A-1001 arrived broken. Please refund it.")
+    (run,) = json.loads(cli.ok("runs", "list", "--json"))
+    # an approval that lapses at once: the executor refuses it when the call comes to run
+    cli.ok("approve", run["id"], "call_2_1", "--as", "ops:ana", "--expires-in", "0")
+    refund = next(i for i in receipts(cli) if i["tool"] == "issue_refund")
+    assert refund["status"] == "Denied" and refund["error"]["code"] == "approval_expired"
+
+    async def approval() -> tuple[str, str | None]:
+        async with SQLiteStore(cli.db) as store:
+            found, _ = await store.governance().approval_for(run["id"], "call_2_1")
+            return found.principal, found.expires_at
+
+    principal, expires_at = asyncio.run(approval())
+    assert principal == "ops:ana" and expires_at is not None
+
+
+def test_receipts_list_open_shows_a_claim_without_a_receipt(cli: Cli) -> None:
+    import asyncio
+    import socket
+
+    from oarlock.governance import Claim
+    from oarlock.store import SQLiteStore
+
+    async def cut_off() -> str:
+        async with SQLiteStore(cli.db) as store:
+            gov = store.governance()
+            (item,) = [i for i in await gov.receipts() if i.invocation["toolId"] == "lookup_order"]
+            inv = dict(item.invocation)
+            inv |= {"invocationId": str(uuid.uuid4()), "idempotencyKey": "k-open"}
+            owner = f"{socket.gethostname()}:999999999:0"  # a process that is gone
+            claim = Claim(
+                "demo",
+                inv["toolId"],
+                "k-open",
+                inv["invocationId"],
+                inv["argumentsHash"],
+                owner,
+                inv["policyDecision"]["evaluatedAt"],
+                0,
+            )
+            await gov.begin(inv, claim, approval_id=None, grant=None, at=claim.claimed_at)
+            return str(inv["invocationId"])
+
+    invocation_id = asyncio.run(cut_off())
+    (listed,) = json.loads(cli.ok("receipts", "list", "--open", "--json"))
+    assert listed["invocation_id"] == invocation_id and listed["idempotency_key"] == "k-open"
+    text = cli.ok("receipts", "list", "--open")
+    assert invocation_id in text and "owner gone" in text

@@ -144,3 +144,51 @@ async def test_the_runner_streams_text_as_it_arrives_and_stores_the_whole() -> N
         assert server.bodies()[0]["stream"] is True
     assert seen == ["Hel", "lo, ", "world."]
     assert doc.status == "completed" and doc.result == "Hello, world."
+
+
+def test_the_cli_streams_text_to_a_terminal(tmp_path: Path) -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    agent = tmp_path / "talker.yaml"
+    (tmp_path / "s.yaml").write_text("- text: unused\n")
+    agent.write_text("name: talker\nmodel: scripted:s.yaml\n")
+    with ow.FakeOpenAI() as server:
+        server.reply(ow.Reply(events=ow.chat_chunks(["Str", "eam", "ed."])))
+        master, slave = pty.openpty()
+        model = f"openai-compatible:qwen2.5@{server.base_url}"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "oarlock.cli",
+                "--db",
+                str(tmp_path / "r.db"),
+                "run",
+                str(agent),
+                "hi",
+                "--model",
+                model,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            timeout=60,
+            check=False,
+        )
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        os.close(master)
+        assert server.bodies()[0]["stream"] is True  # streamed only because stderr is a tty
+    assert proc.returncode == 0
+    assert b"Streamed." in seen

@@ -413,14 +413,14 @@ async def test_an_in_progress_duplicate_waits_then_is_refused(env) -> None:
     ex = GovernedExecutor(store, duplicate_wait=0.05)
     # a live holder (this very process) without a receipt
     invocation_ex = GovernedExecutor(store)
-    first = invocation_ex._invocation(tools["lookup"], call("lookup", args), args, CTX)
+    first, size = invocation_ex._invocation(tools["lookup"], call("lookup", args), args, CTX)
     first["idempotencyKey"] = "run:run-1:call:c1"
     first["policyDecision"] = invocation_ex._decision(
         invocation_ex._evaluate(tools["lookup"], args, CTX), "2026-01-01T00:00:00Z"
     )
     from oarlock.governance._executor import _Call
 
-    c = _Call(tools["lookup"], call("lookup", args), CTX, args, first, "2026-01-01T00:00:00Z")
+    c = _Call(tools["lookup"], call("lookup", args), CTX, args, first, "2026-01-01T00:00:00Z", size)
     assert (
         await store.begin(first, invocation_ex._claim(c), approval_id=None, grant=None, at=c.now)
         is None

@@ -7,16 +7,15 @@ the Uncertain receipt it resolves."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from oarlock.cli import EXIT_INVALID, EXIT_OK
+from oarlock.cli._runs import Command, refused, run_command
 from oarlock.errors import OarlockError
 from oarlock.formats._time import now_rfc3339
 from oarlock.governance._ledger import (
@@ -32,11 +31,10 @@ from oarlock.governance._ledger import (
 from oarlock.governance._owner import owner_alive
 from oarlock.governance._records import Reconciliation, StoredReceipt, run_uuid
 from oarlock.governance._sanitize import sanitize
-from oarlock.store._sqlite import SQLiteStore, default_db_path
+from oarlock.store._base import RunStore
 
 __all__ = ["dispatch"]
 
-Command = Callable[[argparse.Namespace, SQLiteStore], Awaitable[int]]
 
 
 def _effect(receipt: dict[str, Any]) -> str:
@@ -61,7 +59,7 @@ def _row(item: StoredReceipt) -> dict[str, Any]:
     }
 
 
-async def _open(args: argparse.Namespace, store: SQLiteStore) -> int:
+async def _open(args: argparse.Namespace, store: RunStore) -> int:
     claims = await store.governance().open_claims()
     if args.json:
         print(json.dumps([dataclasses.asdict(c) for c in claims], indent=2))
@@ -75,7 +73,7 @@ async def _open(args: argparse.Namespace, store: SQLiteStore) -> int:
     return EXIT_OK
 
 
-async def _list(args: argparse.Namespace, store: SQLiteStore) -> int:
+async def _list(args: argparse.Namespace, store: RunStore) -> int:
     if args.open:
         return await _open(args, store)
     run = None if args.run is None else run_uuid(args.run)
@@ -95,7 +93,7 @@ async def _list(args: argparse.Namespace, store: SQLiteStore) -> int:
     return EXIT_OK
 
 
-async def _show(args: argparse.Namespace, store: SQLiteStore) -> int:
+async def _show(args: argparse.Namespace, store: RunStore) -> int:
     gov = store.governance()
     invocation, receipt = await gov.load(args.invocation_id)
     notes = await gov.reconciliations(args.invocation_id)
@@ -146,7 +144,7 @@ async def _show(args: argparse.Namespace, store: SQLiteStore) -> int:
     return EXIT_OK
 
 
-async def _reconcile(args: argparse.Namespace, store: SQLiteStore) -> int:
+async def _reconcile(args: argparse.Namespace, store: RunStore) -> int:
     record = Reconciliation(
         reconciliation_id=str(uuid.uuid4()),
         invocation_id=args.invocation_id,
@@ -160,7 +158,7 @@ async def _reconcile(args: argparse.Namespace, store: SQLiteStore) -> int:
     return EXIT_OK
 
 
-async def _verify(args: argparse.Namespace, store: SQLiteStore) -> int:
+async def _verify(args: argparse.Namespace, store: RunStore) -> int:
     gov = store.governance()
     keys = [load_public_key(k) for k in args.public_key or []]
     checkpoints = await gov.checkpoints() + [_read_checkpoint(f) for f in args.checkpoint or []]
@@ -211,7 +209,7 @@ def _read_checkpoint(path: str) -> Checkpoint:
     return Checkpoint.from_json(data)
 
 
-async def _checkpoint(args: argparse.Namespace, store: SQLiteStore) -> int:
+async def _checkpoint(args: argparse.Namespace, store: RunStore) -> int:
     gov = store.governance()
     entries = await gov.ledger()
     if not entries:
@@ -241,19 +239,10 @@ def _keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _with_store(args: argparse.Namespace, command: Command) -> int:
-    store = SQLiteStore(Path(args.db) if args.db else default_db_path())
-    try:
-        return await command(args, store)
-    finally:
-        await store.close()
-
-
 def dispatch(args: argparse.Namespace) -> int:
-    try:
-        if args.action == "keygen":
+    if args.action == "keygen":
+        try:
             return _keygen(args)
-        return asyncio.run(_with_store(args, _COMMANDS[args.action]))
-    except OarlockError as exc:
-        print(f"oarlock: {exc}", file=sys.stderr)
-        return EXIT_USAGE if exc.code == "usage" else EXIT_INVALID
+        except OarlockError as exc:
+            return refused(exc)
+    return run_command(args, _COMMANDS[args.action])

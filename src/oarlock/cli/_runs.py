@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the engine loads only for commands that run agents
     from oarlock.engine._agent import Agent
     from oarlock.engine._runner import Runner
 
-__all__ = ["dispatch"]
+__all__ = ["Command", "dispatch", "refused", "run_command"]
 
 T = TypeVar("T")
 EXIT_HALTED = 3
@@ -264,7 +264,9 @@ async def _replay_decisions(
     return await runner.resume(doc.id)
 
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace, RunStore], Awaitable[int]]] = {
+Command = Callable[[argparse.Namespace, RunStore], Awaitable[int]]
+
+_COMMANDS: dict[str, Command] = {
     "run": _run,
     "runs list": _list,
     "runs show": _show,
@@ -276,10 +278,20 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, RunStore], Awaitable[int]]] =
 }
 
 
-def dispatch(args: argparse.Namespace) -> int:
-    command = _COMMANDS[args.action]
+def run_command(args: argparse.Namespace, command: Command) -> int:
+    """Run one command against the run database; an OarlockError becomes its message
+    and exit status 1 (2 for a usage error)."""
     try:
         return asyncio.run(_with_store(args, lambda store: command(args, store)))
     except OarlockError as exc:
-        print(f"oarlock: {exc}", file=sys.stderr)
-        return EXIT_USAGE if exc.code == "usage" else EXIT_INVALID
+        return refused(exc)
+
+
+def refused(exc: OarlockError) -> int:
+    """Say why a command was refused; its exit status (2 for a usage error, else 1)."""
+    print(f"oarlock: {exc}", file=sys.stderr)
+    return EXIT_USAGE if exc.code == "usage" else EXIT_INVALID
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    return run_command(args, _COMMANDS[args.action])

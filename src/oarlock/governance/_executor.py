@@ -42,7 +42,7 @@ from oarlock.errors import (
     OutcomeUnknown,
 )
 from oarlock.formats._fastvalid import ensure_valid_fast
-from oarlock.formats._jcs import canonicalize, digest
+from oarlock.formats._jcs import canonicalize, digest, digest_bytes
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
 from oarlock.formats._time import is_before, now_rfc3339, shift_rfc3339
@@ -180,7 +180,8 @@ class GovernedExecutor:
     ) -> ToolResultPart:
         now = self.clock()
         verdict = self._evaluate(tool, arguments, ctx)
-        c = _Call(tool, call, ctx, arguments, self._invocation(tool, call, arguments, ctx), now)
+        invocation, bytes_in = self._invocation(tool, call, arguments, ctx)
+        c = _Call(tool, call, ctx, arguments, invocation, now, bytes_in)
         c.invocation["policyDecision"] = self._decision(verdict, now)
         try:
             c.invocation["idempotencyKey"] = _key(c)
@@ -235,8 +236,11 @@ class GovernedExecutor:
         call: ToolCallPart,
         arguments: dict[str, Any],
         ctx: CallContext,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], int]:
+        """The invocation record (without its key and decision), and the size of its
+        canonical arguments, which their hash was taken over."""
         record = json_arguments(arguments)
+        canonical = canonicalize(record)
         invocation: dict[str, Any] = {
             "invocationId": str(uuid.uuid4()),
             "toolId": tool.name,
@@ -249,13 +253,13 @@ class GovernedExecutor:
             "sideEffectClass": tool.side_effect,
             "idempotencyKey": "",
             "arguments": record,
-            "argumentsHash": digest(record),
+            "argumentsHash": digest_bytes(canonical),
         }
         if tool.mcp_server_id is not None:
             invocation["mcpServerId"] = tool.mcp_server_id
         if tool.timeout_seconds is not None:
             invocation["timeoutSeconds"] = max(1, math.ceil(tool.timeout_seconds))
-        return invocation
+        return invocation, len(canonical)
 
     def _decision(self, verdict: PolicyVerdict, now: str) -> dict[str, Any]:
         decision: dict[str, Any] = {
@@ -360,13 +364,14 @@ class GovernedExecutor:
         prior, _ = await self.store.load(claim.invocation_id)
         if c.tool.side_effect in _SAFE:
             attempt = {**prior, "invocationId": str(uuid.uuid4()), "attemptId": str(uuid.uuid4())}
-            retry = _Call(c.tool, c.call, c.ctx, c.arguments, attempt, c.now)
+            retry = _Call(c.tool, c.call, c.ctx, c.arguments, attempt, c.now, c.bytes_in)
             if await self.store.take_over(claim, self._claim(retry), attempt, c.now):
                 return await self._run(retry)
         else:
             receipt = self._receipt(
                 prior,
                 "Uncertain",
+                bytes_in=c.bytes_in,  # the prior call had these very arguments
                 started=c.now,
                 error=(
                     "interrupted",
@@ -433,6 +438,7 @@ class GovernedExecutor:
         receipt = self._receipt(
             c.invocation,
             out.status,
+            bytes_in=c.bytes_in,
             started=out.started,
             duration_ms=round((time.perf_counter() - out.t0) * 1000),
             raw=raw,
@@ -454,7 +460,11 @@ class GovernedExecutor:
         if c.tool.side_effect in _SAFE:
             return _error(c.call, f"Tool {c.tool.name!r} ran, but {why}.")
         receipt = self._receipt(
-            c.invocation, "Uncertain", started=started, error=("receipt_failed", why)
+            c.invocation,
+            "Uncertain",
+            bytes_in=c.bytes_in,
+            started=started,
+            error=("receipt_failed", why),
         )
         with contextlib.suppress(Exception):  # else the open claim stays: recovery records it
             await self.store.finish(receipt, result=None, at=receipt["finishedAt"])
@@ -465,6 +475,7 @@ class GovernedExecutor:
         invocation: dict[str, Any],
         status: str,
         *,
+        bytes_in: int,
         started: str,
         duration_ms: int | None = None,
         raw: bytes | None = None,
@@ -482,7 +493,7 @@ class GovernedExecutor:
         if raw is not None:
             receipt["resultRef"] = artifact_ref(raw)
             receipt["sanitized"] = True
-        usage: dict[str, Any] = {"bytesIn": _bytes_in(invocation)}
+        usage: dict[str, Any] = {"bytesIn": bytes_in}
         if duration_ms is not None:
             usage["durationMs"] = duration_ms
         if raw is not None:
@@ -502,7 +513,11 @@ class GovernedExecutor:
             invocation["approvalId"] = NO_APPROVAL
         ensure_valid_fast(invocation, "invocation")
         receipt = self._receipt(
-            invocation, "Denied", started=c.now, error=(refusal.code, refusal.message)
+            invocation,
+            "Denied",
+            bytes_in=c.bytes_in,
+            started=c.now,
+            error=(refusal.code, refusal.message),
         )
         await self.store.refuse(invocation, receipt, c.now)
         return _error(
@@ -528,6 +543,7 @@ class _Call:
     arguments: dict[str, Any]  # as the tool receives them
     invocation: dict[str, Any]  # the tool-invocation-v1 record
     now: str
+    bytes_in: int  # size of the canonical arguments
 
 
 @dataclass(slots=True)
@@ -538,11 +554,6 @@ class _Outcome:
     text: str | None = None
     effect: ToolEffect | None = None
     error: tuple[str, str] | None = None
-
-
-def _bytes_in(invocation: dict[str, Any]) -> int:
-    """The size of the canonical arguments (their hash was taken over the same bytes)."""
-    return len(canonicalize(invocation["arguments"]))
 
 
 def _key(c: _Call) -> str:

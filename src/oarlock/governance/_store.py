@@ -208,25 +208,31 @@ class MemoryGovernanceStore:
             return True
 
     async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
-        invocation_id = receipt["invocationId"]
         with self._lock:
-            if invocation_id not in self._invocations:
-                raise NotFound(f"no invocation {invocation_id}")
-            if invocation_id in self._receipts:
-                raise ConflictError(
-                    f"invocation {invocation_id} has a receipt already", code="receipt_exists"
-                )
-            if result is not None:
-                self._artifacts.setdefault(artifact_ref(result), result)
-            self._receipts[invocation_id] = receipt
-            self._order.append(invocation_id)
-            self._append("receipt", at, receipt)
+            self._finish(receipt, result, at)
+
+    def _finish(self, receipt: dict[str, Any], result: bytes | None, at: str) -> None:
+        """Store a receipt; the caller holds the lock."""
+        invocation_id = receipt["invocationId"]
+        if invocation_id not in self._invocations:
+            raise NotFound(f"no invocation {invocation_id}")
+        if invocation_id in self._receipts:
+            raise ConflictError(
+                f"invocation {invocation_id} has a receipt already", code="receipt_exists"
+            )
+        if result is not None:
+            self._artifacts.setdefault(artifact_ref(result), result)
+        self._receipts[invocation_id] = receipt
+        self._order.append(invocation_id)
+        self._append("receipt", at, receipt)
 
     async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
-        with self._lock:
+        with self._lock:  # one step: the invocation and its receipt, or neither
+            if receipt["invocationId"] in self._receipts:
+                raise ConflictError("the invocation has a receipt already", code="receipt_exists")
             self._invocations[invocation["invocationId"]] = invocation
             self._append("invocation", at, invocation)
-        await self.finish(receipt, result=None, at=at)
+            self._finish(receipt, None, at)
 
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         with self._lock:

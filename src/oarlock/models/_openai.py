@@ -234,23 +234,14 @@ class OpenAIModel:
         if self.max_output_tokens is not None:
             name = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
             params[name] = self.max_output_tokens
-        create: Callable[..., Any] = client.chat.completions.create
-        if request.on_text is None:
-            completion = await self._call(create, **params)
-            return self._parse(parse_chat_completion, completion)
-        stream = await self._call(
-            create, **params, stream=True, stream_options={"include_usage": True}
+        return await self._complete(
+            client.chat.completions.create,
+            params,
+            request,
+            parse_chat_completion,
+            _ChatStream,
+            stream_options={"include_usage": True},
         )
-        whole = await self._unstreamed(stream, parse_chat_completion, request)
-        if whole is not None:
-            return whole
-        acc = _ChatStream()
-        async with contextlib.aclosing(self._events(stream)) as events:
-            async for chunk in events:
-                text = self._parse(acc.feed, chunk)
-                if text:
-                    request.on_text(text)
-        return self._parse(_ChatStream.result, acc)
 
     # -- Responses ------------------------------------------------------------------------
     async def _respond_responses(
@@ -267,21 +258,34 @@ class OpenAIModel:
             params["tools"] = responses_tools(request.tools)
         if self.max_output_tokens is not None:
             params["max_output_tokens"] = self.max_output_tokens
-        create: Callable[..., Any] = client.responses.create
-        if request.on_text is None:
-            response = await self._call(create, **params)
-            return self._parse(parse_response, response)
-        stream = await self._call(create, **params, stream=True)
-        whole = await self._unstreamed(stream, parse_response, request)
+        return await self._complete(
+            client.responses.create, params, request, parse_response, _ResponsesStream
+        )
+
+    async def _complete(
+        self,
+        create: Callable[..., Any],
+        params: dict[str, Any],
+        request: ModelRequest,
+        parse: Callable[[Any], ModelResponse],
+        accumulator: type[_ChatStream | _ResponsesStream],
+        **stream_params: Any,
+    ) -> ModelResponse:
+        """One request: whole, or streamed to ``request.on_text`` and assembled."""
+        on_text = request.on_text
+        if on_text is None:
+            return self._parse(parse, await self._call(create, **params))
+        stream = await self._call(create, **params, stream=True, **stream_params)
+        whole = await self._unstreamed(stream, parse, request)
         if whole is not None:
             return whole
-        acc = _ResponsesStream()
+        acc = accumulator()
         async with contextlib.aclosing(self._events(stream)) as events:
-            async for event in events:
-                text = self._parse(acc.feed, event)
+            async for item in events:
+                text = self._parse(acc.feed, item)
                 if text:
-                    request.on_text(text)
-        return self._parse(_ResponsesStream.result, acc)
+                    on_text(text)
+        return self._parse(accumulator.result, acc)
 
     # -- calling the SDK ------------------------------------------------------------------
     async def _call(self, create: Callable[..., Any], **params: Any) -> Any:

@@ -21,7 +21,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -220,7 +220,7 @@ class SQLiteStore:
         """The open connection (StoreError once closed)."""
         return self._db()
 
-    def transaction(self, doing: str, *, flush: bool = True) -> Any:
+    def transaction(self, doing: str, *, flush: bool = True) -> AbstractContextManager[None]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` on the open connection."""
         return self._transaction(self._db(), doing, flush=flush)
 

@@ -34,7 +34,7 @@ from oarlock.governance._ledger import (
 )
 from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
 from oarlock.governance._store import ClaimHeld, artifact_ref
-from oarlock.store._sqlite import named_queries
+from oarlock.store._sqlite import _store_error, named_queries
 
 if TYPE_CHECKING:
     from oarlock.store._sqlite import SQLiteStore
@@ -112,7 +112,10 @@ class SQLiteGovernanceStore:
         return seq
 
     def _read(self, name: str, params: dict[str, Any]) -> list[sqlite3.Row]:
-        return self._runs.db().execute(_q(name), params).fetchall()
+        try:
+            return self._runs.db().execute(_q(name), params).fetchall()
+        except sqlite3.Error as exc:
+            raise _store_error(exc, f"reading governance records ({name})") from exc
 
     def _insert_invocation(
         self, conn: sqlite3.Connection, invocation: dict[str, Any], at: str
@@ -290,14 +293,21 @@ class SQLiteGovernanceStore:
         rows = self._read(
             "list_receipts", {"run_id": run_id, "status": status, "limit": max(limit, 0)}
         )
-        found = []
-        for row in rows:
-            receipt = _body(row["receipt"], "receipt")
-            notes = await self.reconciliations(receipt["invocationId"])
-            found.append(
-                StoredReceipt(_body(row["invocation"], "invocation"), receipt, tuple(notes))
+        receipts = [_body(row["receipt"], "receipt") for row in rows]
+        ids = json.dumps([r["invocationId"] for r in receipts])
+        notes: dict[str, list[Reconciliation]] = {}
+        for invocation_id, body in self._read("reconciliations_of_many", {"invocation_ids": ids}):
+            notes.setdefault(invocation_id, []).append(
+                Reconciliation.from_json(_body(body, "reconciliation"))
             )
-        return found
+        return [
+            StoredReceipt(
+                _body(row["invocation"], "invocation"),
+                receipt,
+                tuple(notes.get(receipt["invocationId"], ())),
+            )
+            for row, receipt in zip(rows, receipts, strict=True)
+        ]
 
     async def open_claims(self) -> list[Claim]:
         return [_claim(row) for row in self._read("open_claims", {})]

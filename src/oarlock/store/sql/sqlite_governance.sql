@@ -87,6 +87,10 @@ VALUES (:reconciliation_id, :invocation_id, :ledger_seq);
 SELECT l.body FROM reconciliations AS c JOIN ledger AS l ON l.seq = c.ledger_seq
 WHERE c.invocation_id = :invocation_id ORDER BY c.ledger_seq;
 
+-- name: reconciliations_of_many
+SELECT c.invocation_id, l.body FROM reconciliations AS c JOIN ledger AS l ON l.seq = c.ledger_seq
+WHERE c.invocation_id IN (SELECT value FROM json_each(:invocation_ids)) ORDER BY c.ledger_seq;
+
 -- name: list_receipts
 SELECT li.body AS invocation, lr.body AS receipt
 FROM receipts AS r
