@@ -64,6 +64,28 @@ def test_reconcile_refuses_a_receipt_that_is_not_uncertain(cli: Cli) -> None:
     assert out.returncode == 1 and "not Uncertain" in out.stderr
 
 
+async def claim_a_lookup(gov: Any, key: str, owner: str) -> tuple[dict[str, Any], Any]:
+    """A new invocation of the demo's lookup under ``key``, claimed by ``owner`` and left
+    without a receipt, as a process cut off after its claim leaves it."""
+    from oarlock.governance import Claim
+
+    (item,) = [i for i in await gov.receipts() if i.invocation["toolId"] == "lookup_order"]
+    inv = dict(item.invocation)
+    inv |= {"invocationId": str(uuid.uuid4()), "idempotencyKey": key}
+    claim = Claim(
+        "demo",
+        inv["toolId"],
+        key,
+        inv["invocationId"],
+        inv["argumentsHash"],
+        owner,
+        inv["policyDecision"]["evaluatedAt"],
+        0,
+    )
+    await gov.begin(inv, claim, approval_id=None, grant=None, at=claim.claimed_at)
+    return inv, claim
+
+
 def test_reconcile_appends_to_an_uncertain_receipt(cli: Cli) -> None:
     # make one Uncertain receipt through the store, as a crash recovery would
     import asyncio
@@ -73,22 +95,7 @@ def test_reconcile_appends_to_an_uncertain_receipt(cli: Cli) -> None:
     async def uncertain() -> str:
         async with SQLiteStore(cli.db) as store:
             gov = store.governance()
-            (item,) = [i for i in await gov.receipts() if i.invocation["toolId"] == "lookup_order"]
-            inv = dict(item.invocation)
-            inv |= {"invocationId": str(uuid.uuid4()), "idempotencyKey": "k-uncertain"}
-            from oarlock.governance import Claim
-
-            claim = Claim(
-                "demo",
-                inv["toolId"],
-                "k-uncertain",
-                inv["invocationId"],
-                inv["argumentsHash"],
-                "h:1:1",
-                inv["policyDecision"]["evaluatedAt"],
-                0,
-            )
-            await gov.begin(inv, claim, approval_id=None, grant=None, at=claim.claimed_at)
+            inv, claim = await claim_a_lookup(gov, "k-uncertain", "h:1:1")
             body = {
                 "invocationId": inv["invocationId"],
                 "status": "Uncertain",
@@ -211,27 +218,12 @@ def test_receipts_list_open_shows_a_claim_without_a_receipt(cli: Cli) -> None:
     import asyncio
     import socket
 
-    from oarlock.governance import Claim
     from oarlock.store import SQLiteStore
 
     async def cut_off() -> str:
         async with SQLiteStore(cli.db) as store:
-            gov = store.governance()
-            (item,) = [i for i in await gov.receipts() if i.invocation["toolId"] == "lookup_order"]
-            inv = dict(item.invocation)
-            inv |= {"invocationId": str(uuid.uuid4()), "idempotencyKey": "k-open"}
             owner = f"{socket.gethostname()}:999999999:0"  # a process that is gone
-            claim = Claim(
-                "demo",
-                inv["toolId"],
-                "k-open",
-                inv["invocationId"],
-                inv["argumentsHash"],
-                owner,
-                inv["policyDecision"]["evaluatedAt"],
-                0,
-            )
-            await gov.begin(inv, claim, approval_id=None, grant=None, at=claim.claimed_at)
+            inv, _ = await claim_a_lookup(store.governance(), "k-open", owner)
             return str(inv["invocationId"])
 
     invocation_id = asyncio.run(cut_off())
