@@ -88,9 +88,10 @@ class Agent:
             self.pricing.require(model.model_id)
 
     def with_model(self, model: ModelAdapter) -> Agent:
-        """This agent (tools, limits, scope, policy) with another model."""
+        """This agent (tools, limits, scope, policy) with another model. The toolset is
+        its own, so that MCP tools one of them connects do not appear in the other."""
         other = copy.copy(self)
-        other.model = model
+        other.model, other.tools = model, Toolset(self.tools)
         other.price = self.pricing.price(model.model_id)
         return other
 
