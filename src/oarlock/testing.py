@@ -1,18 +1,29 @@
-"""Fakes for tests, shipped for users: the scripted model, the in-memory store, and a store
-wrapper that validates every document before it is written."""
+"""Fakes for tests, shipped for users: the scripted model, the in-memory stores, and store
+wrappers that validate every run document, invocation and receipt before it is written."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from oarlock.errors import DocumentInvalid
 from oarlock.formats._codec import dump
 from oarlock.formats._models import RunDocument
+from oarlock.formats._report import Kind
 from oarlock.formats._validate import validate
-from oarlock.governance._store import GovernanceStore, MemoryGovernanceStore
+from oarlock.governance._ledger import Checkpoint, LedgerEntry
+from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
+from oarlock.governance._store import ClaimHeld, GovernanceStore, MemoryGovernanceStore
 from oarlock.models._scripted import ScriptedModel
 from oarlock.store._base import Event, RunStore, RunSummary, StoredRun
 from oarlock.store._memory import MemoryStore
 
-__all__ = ["MemoryGovernanceStore", "MemoryStore", "ScriptedModel", "ValidatingStore"]
+__all__ = [
+    "MemoryGovernanceStore",
+    "MemoryStore",
+    "ScriptedModel",
+    "ValidatingGovernanceStore",
+    "ValidatingStore",
+]
 
 
 class ValidatingStore:
@@ -55,7 +66,90 @@ class ValidatingStore:
         return await self.inner.list_runs(status=status, tags=tags, limit=limit)
 
     def governance(self) -> GovernanceStore:
-        return self.inner.governance()
+        return ValidatingGovernanceStore(self.inner.governance())
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+class ValidatingGovernanceStore:
+    """Wraps a governance store and refuses to write an invocation or receipt that fails
+    ``oarlock validate`` (schema and rules); reads pass through. The executor builds its
+    records valid by construction; a test that runs it through this wrapper proves it."""
+
+    def __init__(self, inner: GovernanceStore) -> None:
+        self.inner = inner
+        self.checked = 0
+
+    def _check(self, record: dict[str, Any], kind: Kind) -> None:
+        report = validate(record, kind)
+        if not report.valid:
+            raise DocumentInvalid(report)
+        self.checked += 1
+
+    async def record_approval(self, approval: Approval) -> None:
+        await self.inner.record_approval(approval)
+
+    async def approval_for(self, run_id: str, tool_call_id: str) -> tuple[Approval, str | None]:
+        return await self.inner.approval_for(run_id, tool_call_id)
+
+    async def begin(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        *,
+        approval_id: str | None,
+        grant: Approval | None,
+        at: str,
+    ) -> ClaimHeld | None:
+        self._check(invocation, "invocation")
+        return await self.inner.begin(
+            invocation, claim, approval_id=approval_id, grant=grant, at=at
+        )
+
+    async def take_over(
+        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+    ) -> bool:
+        self._check(invocation, "invocation")
+        return await self.inner.take_over(stale, claim, invocation, at)
+
+    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+        self._check(receipt, "receipt")
+        await self.inner.finish(receipt, result=result, at=at)
+
+    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+        self._check(invocation, "invocation")
+        self._check(receipt, "receipt")
+        await self.inner.refuse(invocation, receipt, at)
+
+    async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
+        return await self.inner.claim_of(tenant_id, tool_id, key)
+
+    async def load(self, invocation_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        return await self.inner.load(invocation_id)
+
+    async def reconcile(self, reconciliation: Reconciliation) -> None:
+        await self.inner.reconcile(reconciliation)
+
+    async def reconciliations(self, invocation_id: str) -> list[Reconciliation]:
+        return await self.inner.reconciliations(invocation_id)
+
+    async def receipts(
+        self, *, run_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[StoredReceipt]:
+        return await self.inner.receipts(run_id=run_id, status=status, limit=limit)
+
+    async def open_claims(self) -> list[Claim]:
+        return await self.inner.open_claims()
+
+    async def artifact(self, ref: str) -> bytes:
+        return await self.inner.artifact(ref)
+
+    async def ledger(self) -> list[LedgerEntry]:
+        return await self.inner.ledger()
+
+    async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
+        await self.inner.add_checkpoint(checkpoint)
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        return await self.inner.checkpoints()

@@ -36,10 +36,10 @@ from typing import Any
 
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.governance import CallContext, GovernedExecutor, RulePolicy
-from oarlock.governance._ledger import Checkpoint, LedgerEntry
-from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
+from oarlock.governance._records import Approval, Claim
 from oarlock.governance._store import ClaimHeld, GovernanceStore
 from oarlock.store import SQLiteStore
+from oarlock.testing import ValidatingGovernanceStore
 from oarlock.tools import Tool, tool
 
 RUN_ID = "run-crash"
@@ -129,20 +129,15 @@ def result_json(part: ToolResultPart) -> dict[str, Any]:
     }
 
 
-class CrashingStore:
-    """A governance store that delegates every method to ``inner`` and SIGKILLs the
-    process at the point ``mode`` names."""
+class CrashingStore(ValidatingGovernanceStore):
+    """A governance store that validates every record, delegates every method to
+    ``inner`` and SIGKILLs the process at the point ``mode`` names."""
 
     def __init__(self, inner: GovernanceStore, mode: str) -> None:
         if mode not in MODES:
             raise SystemExit(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-        self.inner, self.mode = inner, mode
-
-    async def record_approval(self, approval: Approval) -> None:
-        await self.inner.record_approval(approval)
-
-    async def approval_for(self, run_id: str, tool_call_id: str) -> tuple[Approval, str | None]:
-        return await self.inner.approval_for(run_id, tool_call_id)
+        super().__init__(inner)
+        self.mode = mode
 
     async def begin(
         self,
@@ -155,57 +150,15 @@ class CrashingStore:
     ) -> ClaimHeld | None:
         if self.mode == "before-claim":
             die()
-        held = await self.inner.begin(
-            invocation, claim, approval_id=approval_id, grant=grant, at=at
-        )
+        held = await super().begin(invocation, claim, approval_id=approval_id, grant=grant, at=at)
         if held is None and self.mode == "after-claim":
             die()
         return held
 
-    async def take_over(
-        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
-    ) -> bool:
-        return await self.inner.take_over(stale, claim, invocation, at)
-
     async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
         if self.mode == "after-tool":
             die()
-        await self.inner.finish(receipt, result=result, at=at)
-
-    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
-        await self.inner.refuse(invocation, receipt, at)
-
-    async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
-        return await self.inner.claim_of(tenant_id, tool_id, key)
-
-    async def load(self, invocation_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        return await self.inner.load(invocation_id)
-
-    async def reconcile(self, reconciliation: Reconciliation) -> None:
-        await self.inner.reconcile(reconciliation)
-
-    async def reconciliations(self, invocation_id: str) -> list[Reconciliation]:
-        return await self.inner.reconciliations(invocation_id)
-
-    async def receipts(
-        self, *, run_id: str | None = None, status: str | None = None, limit: int = 100
-    ) -> list[StoredReceipt]:
-        return await self.inner.receipts(run_id=run_id, status=status, limit=limit)
-
-    async def open_claims(self) -> list[Claim]:
-        return await self.inner.open_claims()
-
-    async def artifact(self, ref: str) -> bytes:
-        return await self.inner.artifact(ref)
-
-    async def ledger(self) -> list[LedgerEntry]:
-        return await self.inner.ledger()
-
-    async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
-        await self.inner.add_checkpoint(checkpoint)
-
-    async def checkpoints(self) -> list[Checkpoint]:
-        return await self.inner.checkpoints()
+        await super().finish(receipt, result=result, at=at)
 
 
 async def main(db: str, mode: str, effects: str, which: str = "charge") -> int:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
 
-from oarlock.errors import ConflictError
+from oarlock.errors import ConflictError, DocumentInvalid
 from oarlock.formats._jcs import digest
 from oarlock.formats._models import ToolCallPart
 from oarlock.formats._validate import validate
@@ -21,7 +22,8 @@ from oarlock.governance import (
 )
 from oarlock.governance._executor import NO_APPROVAL
 from oarlock.governance._records import Approval
-from oarlock.governance._store import ClaimHeld
+from oarlock.governance._store import ClaimHeld, GovernanceStore
+from oarlock.testing import ValidatingGovernanceStore
 from oarlock.tools import ToolEffect, ToolOutput, tool
 
 CTX = CallContext("run-1", "agent", {"tenantId": "acme"}, 1)
@@ -85,12 +87,13 @@ def make_tools(log: list[Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def env() -> tuple[MemoryGovernanceStore, list[Any], dict[str, Any]]:
+def env() -> tuple[Any, list[Any], dict[str, Any]]:
+    """A store that validates every invocation and receipt the executor writes."""
     log: list[Any] = []
-    return MemoryGovernanceStore(), log, make_tools(log)
+    return ValidatingGovernanceStore(MemoryGovernanceStore()), log, make_tools(log)
 
 
-async def only_receipt(store: MemoryGovernanceStore) -> tuple[dict[str, Any], dict[str, Any]]:
+async def only_receipt(store: GovernanceStore) -> tuple[dict[str, Any], dict[str, Any]]:
     items = await store.receipts()
     assert len(items) == 1
     return items[0].invocation, items[0].receipt
@@ -122,6 +125,22 @@ async def test_a_read_call_succeeds_with_a_valid_invocation_receipt_and_ledger(e
     assert [e.kind for e in ledger] == ["invocation", "receipt"]
     assert verify_chain(ledger).ok
     assert log == [("lookup", "k")]
+    assert store.checked == 2  # both records went through the validating wrapper
+
+
+async def test_the_validating_wrapper_refuses_a_broken_record_and_stores_nothing(env) -> None:
+    store, _, tools = env
+    await GovernedExecutor(store).execute(
+        tools["lookup"], call("lookup", {"key": "k"}), {"key": "k"}, CTX
+    )
+    invocation, receipt = await only_receipt(store)
+    forged = {**receipt, "invocationId": str(uuid.uuid4()), "status": "Succeeded"}
+    with pytest.raises(DocumentInvalid, match="receiptHash does not match"):
+        await store.finish(forged, result=None, at=receipt["finishedAt"])
+    broken = {**invocation, "argumentsHash": "sha256:" + "0" * 64}
+    with pytest.raises(DocumentInvalid, match="argumentsHash does not match"):
+        await store.refuse(broken, receipt, receipt["finishedAt"])
+    assert len(await store.ledger()) == 2
 
 
 async def test_a_spend_call_without_approval_or_policy_is_denied_and_not_run(env) -> None:

@@ -47,11 +47,13 @@ def _check(value: Any) -> None:
         for k, v in value.items():
             if type(k) is not str or (not k.isascii() and max(k) > "\uffff"):
                 raise _Fallback
-            _check(v)
+            if type(v) is not str:  # strings, the commonest values, need no call
+                _check(v)
         return
     if t is list:
         for v in value:
-            _check(v)
+            if type(v) is not str:
+                _check(v)
         return
     if t is float:
         if not math.isfinite(value) or value.is_integer() or "e" in repr(value):

@@ -58,7 +58,7 @@ def is_rfc3339(text: object) -> bool:
 
 def now_rfc3339() -> str:
     """The current UTC time with microseconds, e.g. ``2026-01-02T03:04:05.123456Z``."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"  # cut "+00:00"
 
 
 def _instant(text: str) -> tuple[datetime, Fraction]:

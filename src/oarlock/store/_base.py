@@ -8,15 +8,17 @@ changes nothing, so two writers racing on one run cannot both win.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from oarlock.errors import StoreError
 from oarlock.formats._models import RunDocument
 
 if TYPE_CHECKING:
     from oarlock.governance._store import GovernanceStore
 
-__all__ = ["EVENT_KINDS", "Event", "RunStore", "RunSummary", "StoredRun"]
+__all__ = ["EVENT_KINDS", "Event", "RunStore", "RunSummary", "StoredRun", "event_rows"]
 
 EVENT_KINDS = frozenset(
     {
@@ -38,6 +40,18 @@ class Event:
     at: str
     data: dict[str, Any] = field(default_factory=dict)
     seq: int = 0
+
+
+def event_rows(run_id: str, events: list[Event]) -> list[tuple[str, str, str]]:
+    """Each event as (kind, at, data as compact JSON text), serialized before a store
+    changes anything, so that data that is not JSON changes nothing (StoreError)."""
+    try:
+        return [
+            (ev.kind, ev.at, json.dumps(ev.data, separators=(",", ":"), ensure_ascii=False))
+            for ev in events
+        ]
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"event data of run {run_id} is not JSON: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

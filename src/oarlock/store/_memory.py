@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import TYPE_CHECKING
 
 from oarlock.errors import ConflictError, NotFound
 from oarlock.formats._codec import dump_json, parse_json
 from oarlock.formats._models import RunDocument
-from oarlock.store._base import Event, RunSummary, StoredRun
+from oarlock.store._base import Event, RunSummary, StoredRun, event_rows
 
 if TYPE_CHECKING:
     from oarlock.governance._store import MemoryGovernanceStore
@@ -22,7 +21,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._runs: dict[str, tuple[bytes, int, str | None]] = {}
-        self._events: dict[str, list[Event]] = {}
+        self._events: dict[str, list[tuple[str, str, str]]] = {}  # (kind, at, JSON data)
         self._governance: MemoryGovernanceStore | None = None
 
     def governance(self) -> MemoryGovernanceStore:
@@ -39,9 +38,9 @@ class MemoryStore:
         run_id = document.id
         if run_id in self._runs:
             raise ConflictError(f"run {run_id} already exists")
-        self._runs[run_id] = (dump_json(document), 1, agent_ref)
-        self._events[run_id] = []
-        self._append(run_id, events)
+        raw, rows = dump_json(document), event_rows(run_id, events)
+        self._runs[run_id] = (raw, 1, agent_ref)
+        self._events[run_id] = rows
         return 1
 
     async def load(self, run_id: str) -> StoredRun:
@@ -61,19 +60,18 @@ class MemoryStore:
             raise ConflictError(
                 f"run {run_id} changed: stored version {version}, expected {expected_version}"
             )
-        self._runs[run_id] = (dump_json(document), version + 1, agent_ref)
-        self._append(run_id, events)
+        raw, rows = dump_json(document), event_rows(run_id, events)
+        self._runs[run_id] = (raw, version + 1, agent_ref)
+        self._events[run_id].extend(rows)
         return version + 1
-
-    def _append(self, run_id: str, events: list[Event]) -> None:
-        log = self._events[run_id]
-        for ev in events:
-            log.append(Event(ev.kind, ev.at, copy.deepcopy(ev.data), len(log) + 1))
 
     async def events(self, run_id: str) -> list[Event]:
         if run_id not in self._events:
             raise NotFound(f"no run {run_id}")
-        return [Event(e.kind, e.at, copy.deepcopy(e.data), e.seq) for e in self._events[run_id]]
+        return [
+            Event(kind, at, json.loads(data), seq)
+            for seq, (kind, at, data) in enumerate(self._events[run_id], 1)
+        ]
 
     async def list_runs(
         self,

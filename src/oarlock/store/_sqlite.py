@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Self
 from oarlock.errors import ConflictError, FormatError, IntegrityError, NotFound, StoreError
 from oarlock.formats._codec import dump_json, parse_json
 from oarlock.formats._models import RunDocument
-from oarlock.store._base import Event, RunSummary, StoredRun
+from oarlock.store._base import Event, RunSummary, StoredRun, event_rows
 
 if TYPE_CHECKING:
     from oarlock.store._sqlite_governance import SQLiteGovernanceStore
@@ -119,14 +119,10 @@ def _columns(document: RunDocument) -> dict[str, Any]:
 
 
 def _event_rows(run_id: str, events: list[Event]) -> list[dict[str, Any]]:
-    """Serialized before the transaction, so data that is not JSON changes nothing."""
-    try:
-        return [
-            {"run_id": run_id, "kind": ev.kind, "at": ev.at, "data": _compact(ev.data)}
-            for ev in events
-        ]
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"event data of run {run_id} is not JSON: {exc}") from exc
+    return [
+        {"run_id": run_id, "kind": kind, "at": at, "data": data}
+        for kind, at, data in event_rows(run_id, events)
+    ]
 
 
 def _json(run_id: str, text: str, what: str) -> Any:
