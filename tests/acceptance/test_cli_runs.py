@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from oarlock.demo import AGENT_FILE
+from oarlock.errors import IntegrityError
 from oarlock.formats import dump
 from oarlock.governance._sanitize import unfence
 from oarlock.store import SQLiteStore
@@ -302,6 +304,32 @@ def test_runs_show_of_an_unknown_run_fails(shared: tuple[Cli, str]) -> None:
     assert out.returncode == 1
     assert "no run no-such-run" in out.stderr
     assert cli("resume", "no-such-run").returncode == 1
+
+
+def test_runs_show_of_a_corrupt_document_fails_as_the_store_refuses_it(cli: Cli) -> None:
+    """``runs show`` reads the document without the models when it can; a document it
+    cannot vouch for is refused with the store's own error, never shown."""
+    done = completed_run(cli)
+    shown = cli.ok("runs", "show", done)
+    assert shown.startswith(f"run {done}  agent refund-desk")
+    doc = cli.export(done)
+    doc["turns"] = "three"
+    conn = sqlite3.connect(cli.db)
+    with conn:
+        conn.execute("UPDATE runs SET document = ? WHERE id = ?", (json.dumps(doc), done))
+    conn.close()
+
+    async def load() -> None:
+        async with SQLiteStore(cli.db) as store:
+            await store.load(done)
+
+    with pytest.raises(IntegrityError) as refused:
+        asyncio.run(load())
+    out = cli("runs", "show", done)
+    assert out.returncode == 1
+    assert out.stdout == ""
+    assert out.stderr == f"oarlock: {refused.value}\n"
+    assert "stored document is corrupt" in out.stderr
 
 
 def test_run_with_a_tag_is_found_by_that_tag(cli: Cli) -> None:

@@ -13,6 +13,7 @@ from oarlock.demo import AGENT_FILE
 from oarlock.engine._agentfile import load_agent
 from oarlock.engine._runner import Runner
 from oarlock.errors import OarlockError
+from oarlock.formats._codec import dump
 from oarlock.formats._models import RunDocument
 from oarlock.store._sqlite import SQLiteStore
 
@@ -41,7 +42,7 @@ async def _demo(args: argparse.Namespace) -> int:
         doc = await runner.start(REQUEST, tags={"demo": "refund-desk"}, agent_ref=str(AGENT_FILE))
         while doc.status == "waiting_approval":
             print(f"\nrun {doc.id} paused: a refund needs a human")
-            print_pending(doc)
+            print_pending(dump(doc))
             approve = args.yes or (sys.stdin.isatty() and _ask(doc))
             if not approve and not sys.stdin.isatty():
                 print(
@@ -59,7 +60,7 @@ async def _demo(args: argparse.Namespace) -> int:
                 print(f"{appr.tool_call_id}: {'approved' if approve else 'denied'}")
             doc = await runner.resume(doc.id)
         print()
-        print_summary(doc)
+        print_summary(dump(doc))
         print(f"stored in {db}; see it with: oarlock --db {db} runs show {doc.id}")
         return EXIT_OK if doc.status == "completed" else EXIT_INVALID
     finally:

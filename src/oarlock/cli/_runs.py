@@ -1,13 +1,14 @@
 """``oarlock run``, ``runs``, ``approve``, ``deny``, ``respond``, ``resume``, ``cancel``,
-``replay`` and ``demo``: each opens the store, does one thing, and says what happened."""
+``replay`` and ``demo``: each opens the store, does one thing, and says what happened.
+
+``runs list`` and ``runs show`` only read: they run synchronously, without asyncio, the
+engine or pydantic (the store checks the document it reads without it), so that they start
+in a few tens of milliseconds."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import dataclasses
 import json
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,16 +17,15 @@ from typing import TYPE_CHECKING, TypeVar
 from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from oarlock.cli._show import print_runs, print_summary, timeline
 from oarlock.errors import OarlockError
-from oarlock.formats._codec import dump
-from oarlock.formats._models import RunDocument
-from oarlock.store._base import Event, RunStore
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
-if TYPE_CHECKING:  # the engine loads only for commands that run agents
+if TYPE_CHECKING:  # the engine and the models load only for commands that run agents
     from oarlock.engine._agent import Agent
     from oarlock.engine._runner import Runner
+    from oarlock.formats._models import RunDocument
+    from oarlock.store._base import Event, RunStore
 
-__all__ = ["Command", "dispatch", "refused", "run_command"]
+__all__ = ["Command", "ReadCommand", "dispatch", "read_command", "refused", "run_command"]
 
 T = TypeVar("T")
 EXIT_HALTED = 3
@@ -111,7 +111,9 @@ def _load(agent_file: str, model: str | None) -> Agent:
 
 
 def _finish(doc: RunDocument) -> int:
-    print_summary(doc)
+    from oarlock.formats._codec import dump
+
+    print_summary(dump(doc))
     return EXIT_OK if doc.status in _DONE_OK else EXIT_HALTED
 
 
@@ -119,6 +121,8 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
     agent_file = str(Path(args.agent_file).resolve())
     agent = _load(agent_file, args.model)
     if args.detach:
+        import subprocess
+
         runner = _runner(agent, store)
         doc, _ = await runner.create(args.input, tags=_tags(args.tag), agent_ref=agent_file)
         log = _db(args).with_suffix(f".{doc.id}.log")
@@ -139,10 +143,10 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
     return _finish(doc)
 
 
-async def _list(args: argparse.Namespace, store: RunStore) -> int:
-    runs = await store.list_runs(status=args.status, tags=_tags(args.tag), limit=args.limit)
+def _list(args: argparse.Namespace, store: SQLiteStore) -> int:
+    runs = store.read_runs(status=args.status, tags=_tags(args.tag), limit=args.limit)
     if args.json:
-        print(json.dumps([dataclasses.asdict(r) for r in runs], indent=2))
+        print(json.dumps(runs, indent=2))
     elif runs:
         print_runs(runs)
     else:
@@ -150,13 +154,15 @@ async def _list(args: argparse.Namespace, store: RunStore) -> int:
     return EXIT_OK
 
 
-async def _show(args: argparse.Namespace, store: RunStore) -> int:
-    stored = await store.load(args.run_id)
-    print("\n".join(timeline(stored.document, await store.events(args.run_id))))
+def _show(args: argparse.Namespace, store: SQLiteStore) -> int:
+    document = store.read_document(args.run_id)
+    print("\n".join(timeline(document, store.read_events(args.run_id))))
     return EXIT_OK
 
 
 async def _export(args: argparse.Namespace, store: RunStore) -> int:
+    from oarlock.formats._codec import dump
+
     stored = await store.load(args.run_id)
     doc = stored.document
     doc.format = "oar/0.2"
@@ -264,12 +270,16 @@ async def _replay_decisions(
     return await runner.resume(doc.id)
 
 
-Command = Callable[[argparse.Namespace, RunStore], Awaitable[int]]
+Command = Callable[[argparse.Namespace, "RunStore"], Awaitable[int]]
+ReadCommand = Callable[[argparse.Namespace, SQLiteStore], int]
+
+_READS: dict[str, ReadCommand] = {
+    "runs list": _list,
+    "runs show": _show,
+}
 
 _COMMANDS: dict[str, Command] = {
     "run": _run,
-    "runs list": _list,
-    "runs show": _show,
     "runs export": _export,
     "decide": _decide,
     "resume": _resume,
@@ -281,8 +291,19 @@ _COMMANDS: dict[str, Command] = {
 def run_command(args: argparse.Namespace, command: Command) -> int:
     """Run one command against the run database; an OarlockError becomes its message
     and exit status 1 (2 for a usage error)."""
+    import asyncio
+
     try:
         return asyncio.run(_with_store(args, lambda store: command(args, store)))
+    except OarlockError as exc:
+        return refused(exc)
+
+
+def read_command(args: argparse.Namespace, command: ReadCommand) -> int:
+    """:func:`run_command` for a command that only reads: synchronous, no event loop."""
+    try:
+        with SQLiteStore(_db(args)) as store:
+            return command(args, store)
     except OarlockError as exc:
         return refused(exc)
 
@@ -294,4 +315,7 @@ def refused(exc: OarlockError) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
+    read = _READS.get(args.action)
+    if read is not None:
+        return read_command(args, read)
     return run_command(args, _COMMANDS[args.action])

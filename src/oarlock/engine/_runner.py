@@ -27,7 +27,7 @@ from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._executor import GovernedExecutor
 from oarlock.models._base import ModelRequest, ModelResponse, TextSink
-from oarlock.store._base import Event, RunStore
+from oarlock.store._base import Event, RunStore, StoredRun
 from oarlock.tools._tool import ToolArgumentsError
 
 __all__ = ["RetryPolicy", "Runner", "cancel_run", "update_run"]
@@ -156,7 +156,8 @@ class Runner:
         most once, optionally expiring ``expires_in`` seconds from now) before the run
         records it. A racing writer makes this re-read and re-apply, so a second decision
         on the same call is refused as already decided; nothing is lost."""
-        doc = (await self.store.load(run_id)).document
+        stored = await self.store.load(run_id)
+        doc = stored.document
         now = self.clock()
         if any(core.lapsed(a, now) for a in doc.pending_approvals):
             pending = next((a for a in doc.pending_approvals if a.tool_call_id == call_id), None)
@@ -168,7 +169,8 @@ class Runner:
                     "policy denied it",
                     code="approval_expired",
                 )
-            doc = (await self.store.load(run_id)).document
+            stored = await self.store.load(run_id)
+            doc = stored.document
         if decision == "approved":
             await self._keep_approval(
                 doc,
@@ -192,7 +194,7 @@ class Runner:
                 response=response,
             )
 
-        return await self._update(run_id, apply)
+        return await self._update(run_id, apply, loaded=stored)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> RunDocument:
         return await cancel_run(
@@ -265,9 +267,15 @@ class Runner:
         return edited
 
     async def _update(
-        self, run_id: str, apply: Callable[[RunDocument], list[Event]]
+        self,
+        run_id: str,
+        apply: Callable[[RunDocument], list[Event]],
+        *,
+        loaded: StoredRun | None = None,
     ) -> RunDocument:
-        return await update_run(self.store, run_id, apply, on_commit=self.on_commit)
+        return await update_run(
+            self.store, run_id, apply, on_commit=self.on_commit, loaded=loaded
+        )
 
     def _notify(self, doc: RunDocument, events: list[Event]) -> None:
         if self.on_commit is not None:
@@ -418,11 +426,14 @@ async def update_run(
     apply: Callable[[RunDocument], list[Event]],
     *,
     on_commit: EventHook | None = None,
+    loaded: StoredRun | None = None,
 ) -> RunDocument:
     """Read, change and save a run; when another writer got there first, read it again and
-    apply the change to what it wrote (which may now refuse it). Nothing is lost."""
+    apply the change to what it wrote (which may now refuse it). Nothing is lost.
+    ``loaded``, a copy the caller has just read and not changed, saves the first read."""
     for _ in range(8):
-        stored = await store.load(run_id)
+        stored = loaded if loaded is not None else await store.load(run_id)
+        loaded = None
         doc = stored.document
         doc.format = "oar/0.2"
         events = apply(doc)

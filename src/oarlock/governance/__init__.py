@@ -6,8 +6,9 @@ load the others."""
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from oarlock._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from oarlock.governance._cedar import CedarPolicy as CedarPolicy
@@ -93,16 +94,6 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'oarlock.governance' has no attribute {name!r}")
-    value = getattr(import_module(f"oarlock.governance.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from oarlock.errors import IntegrityError
@@ -37,6 +38,7 @@ RECONCILIATION_TYPE = "oarlock-reconciliation/1"
 _NAMESPACE = uuid.UUID("6f0a7c3e-4d52-5a8e-9b1f-0a4c6e8d2b17")
 
 
+@lru_cache(maxsize=4096)
 def run_uuid(run_id: str) -> str:
     """The run's id as a UUID: itself when it is one, else a name-based UUID of it."""
     try:
@@ -45,6 +47,7 @@ def run_uuid(run_id: str) -> str:
         return str(uuid.uuid5(_NAMESPACE, f"run:{run_id}"))
 
 
+@lru_cache(maxsize=4096)
 def step_uuid(run_id: str, turn: int) -> str:
     """A stable id for one turn of one run (the same in every process that resumes it)."""
     return str(uuid.uuid5(_NAMESPACE, f"step:{run_id}:{turn}"))

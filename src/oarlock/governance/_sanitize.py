@@ -56,7 +56,7 @@ as is; plain ASCII skips the passes it has no use for.
 from __future__ import annotations
 
 import re
-import secrets
+from functools import cache
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
@@ -112,21 +112,10 @@ _INERT_CONTROL_CLASS = "\x00-\x06\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x8f\x91-\x9
 _LEFTOVER_CONTROL_CLASS = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"  # every control but tab, LF, CR
 _CONTROL_CLASS = "\x00-\x08\x0b-\x1f\x7f-\x9f"  # every control but tab and LF
 
-_BEFORE_ESCAPES = re.compile(f"[{_INVISIBLE_CLASS}{_INERT_CONTROL_CLASS}]+")
-_BEFORE_ESCAPES_ASCII = re.compile("[\x00-\x06\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]+")
-_LEFTOVER_CONTROLS = re.compile(f"[{_LEFTOVER_CONTROL_CLASS}]+")
-# Anything sanitize would change: if none of these occur, the text is already clean.
-_SUSPECT = re.compile(f"[{_CONTROL_CLASS}{_INVISIBLE_CLASS}\ud800-\udfff]")
-# Controls, surrogates and most invisible characters are not printable (str.isprintable); these
-# few are, so they are looked for one by one.
-_PRINTABLE_INVISIBLES = tuple(
-    chr(cp) for lo, hi in _INVISIBLE_RANGES for cp in range(lo, hi + 1) if chr(cp).isprintable()
-)
 # Common characters that are clean though not printable: LF, tab and the usual no-break spaces.
 _CLEAN_UNPRINTABLE = ("\n", "\t", "\xa0", "\u202f", "\u3000")
 
-_ESCAPES = re.compile(
-    r"""
+_ESCAPES_PATTERN = r"""
       \x1b (?:
           \[ [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]?  # CSI: parameters, intermediates, final
         | \] [^\x07\x1b\x9c\n\r]* (?:\x07|\x1b\\|\x9c)?  # OSC, ended by BEL or ST
@@ -137,9 +126,35 @@ _ESCAPES = re.compile(
     | \x9d [^\x07\x1b\x9c\n\r]* (?:\x07|\x1b\\|\x9c)?  # 8-bit OSC
     | [\x90\x98\x9e\x9f] [^\x1b\x9c\n\r]* (?:\x1b\\|\x9c)?  # 8-bit DCS, SOS, PM, APC
     | \x9c  # a stray string terminator
-    """,
-    re.VERBOSE,
-)
+    """
+
+
+class _Patterns:
+    """The expressions ``sanitize`` uses."""
+
+    def __init__(self) -> None:
+        self.before_escapes = re.compile(f"[{_INVISIBLE_CLASS}{_INERT_CONTROL_CLASS}]+")
+        self.before_escapes_ascii = re.compile("[\x00-\x06\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]+")
+        self.leftover_controls = re.compile(f"[{_LEFTOVER_CONTROL_CLASS}]+")
+        # Anything sanitize would change: if none of these occur, the text is already clean.
+        self.suspect = re.compile(f"[{_CONTROL_CLASS}{_INVISIBLE_CLASS}\ud800-\udfff]")
+        # Controls, surrogates and most invisible characters are not printable
+        # (str.isprintable); these few are, so they are looked for one by one.
+        self.printable_invisibles = tuple(
+            chr(cp)
+            for lo, hi in _INVISIBLE_RANGES
+            for cp in range(lo, hi + 1)
+            if chr(cp).isprintable()
+        )
+        self.escapes = re.compile(_ESCAPES_PATTERN, re.VERBOSE)
+
+
+@cache
+def _patterns() -> _Patterns:
+    """The expressions, compiled on first use: that takes about 2 ms, which a process that
+    only unfences (``oarlock runs show``) need not pay."""
+    return _Patterns()
+
 
 # Bytes of clean ASCII text: tab, LF and the printable characters.
 _PLAIN_ASCII_BYTES = bytes([0x09, 0x0A, *range(0x20, 0x7F)])
@@ -159,9 +174,9 @@ def _ascii_controls(text: str) -> bytes:
 def _clean_ascii(text: str, controls: bytes) -> str:
     """``_clean_unicode`` for ASCII text, skipping the passes that have nothing to remove."""
     if controls.translate(None, b"\x07\x1b\r"):
-        text = _BEFORE_ESCAPES_ASCII.sub("", text)
+        text = _patterns().before_escapes_ascii.sub("", text)
     if b"\x1b" in controls:
-        text = _ESCAPES.sub("", text)
+        text = _patterns().escapes.sub("", text)
     if b"\x07" in controls:  # in ASCII, BEL is all the escape pass can leave over
         text = text.replace("\x07", "")
     if b"\r" in controls:
@@ -175,9 +190,9 @@ def _unicode_is_clean(text: str) -> bool:
     for ch in _CLEAN_UNPRINTABLE:
         probe = probe.replace(ch, "")
     if probe.isprintable():
-        return not any(ch in text for ch in _PRINTABLE_INVISIBLES)
+        return not any(ch in text for ch in _patterns().printable_invisibles)
     # Not printable, yet possibly clean: a rarer space, a private-use character ...
-    return _SUSPECT.search(text) is None
+    return _patterns().suspect.search(text) is None
 
 
 def _fix_surrogates(text: str) -> str:
@@ -190,10 +205,11 @@ def _fix_surrogates(text: str) -> str:
 
 
 def _clean_unicode(text: str) -> str:
+    p = _patterns()
     text = _fix_surrogates(text)  # nothing later can create a surrogate
-    text = _BEFORE_ESCAPES.sub("", text)  # may join the halves of an escape sequence ...
-    text = _ESCAPES.sub("", text)  # ... which is then removed; every ESC and C1 introducer goes
-    text = _LEFTOVER_CONTROLS.sub("", text)  # BEL and C1 controls the escape pass left over
+    text = p.before_escapes.sub("", text)  # may join the halves of an escape sequence ...
+    text = p.escapes.sub("", text)  # ... which is then removed; every ESC and C1 introducer goes
+    text = p.leftover_controls.sub("", text)  # BEL and C1 controls the escape pass left over
     # Last, once nothing can come between a CR and the LF after it any more.
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -252,6 +268,8 @@ _NONCE_DRAWS = 64
 
 
 def _new_nonce(text: str) -> str:
+    import secrets  # here: importing it costs about 2 ms, which unfence need not pay
+
     for _ in range(_NONCE_DRAWS):
         nonce = secrets.token_hex(8)
         if nonce not in text:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from oarlock.errors import StoreError
-from oarlock.formats._models import RunDocument
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the read-only CLI commands load no pydantic
+    from oarlock.formats._models import RunDocument
     from oarlock.governance._store import GovernanceStore
 
 __all__ = ["EVENT_KINDS", "Event", "RunStore", "RunSummary", "StoredRun", "event_rows"]

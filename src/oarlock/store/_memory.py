@@ -6,11 +6,10 @@ import json
 from typing import TYPE_CHECKING
 
 from oarlock.errors import ConflictError, NotFound
-from oarlock.formats._codec import dump_json, parse_json
-from oarlock.formats._models import RunDocument
 from oarlock.store._base import Event, RunSummary, StoredRun, event_rows
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pydantic loads on first use, not when oarlock.store is imported
+    from oarlock.formats._models import RunDocument
     from oarlock.governance._store import MemoryGovernanceStore
 
 __all__ = ["MemoryStore"]
@@ -38,6 +37,8 @@ class MemoryStore:
         run_id = document.id
         if run_id in self._runs:
             raise ConflictError(f"run {run_id} already exists")
+        from oarlock.formats._codec import dump_json
+
         raw, rows = dump_json(document), event_rows(run_id, events)
         self._runs[run_id] = (raw, 1, agent_ref)
         self._events[run_id] = rows
@@ -48,6 +49,9 @@ class MemoryStore:
             raw, version, agent_ref = self._runs[run_id]
         except KeyError:
             raise NotFound(f"no run {run_id}") from None
+        from oarlock.formats._codec import parse_json
+        from oarlock.formats._models import RunDocument
+
         return StoredRun(parse_json(RunDocument, raw), version, agent_ref)
 
     async def save(self, document: RunDocument, expected_version: int, events: list[Event]) -> int:
@@ -60,6 +64,8 @@ class MemoryStore:
             raise ConflictError(
                 f"run {run_id} changed: stored version {version}, expected {expected_version}"
             )
+        from oarlock.formats._codec import dump_json
+
         raw, rows = dump_json(document), event_rows(run_id, events)
         self._runs[run_id] = (raw, version + 1, agent_ref)
         self._events[run_id].extend(rows)

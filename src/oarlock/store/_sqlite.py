@@ -7,7 +7,8 @@ inside a transaction, coroutines sharing a store cannot interleave their transac
 Every change is committed (WAL, ``synchronous=FULL``) before the method returns. Writes
 take the write lock up front (``BEGIN IMMEDIATE``), so concurrent writers in other
 processes wait (``busy_timeout``) instead of failing, and ``save`` is a compare-and-swap on
-the run's version.
+the run's version. ``create`` and ``save`` calls made in the same turn of the event loop
+share one transaction and one flush (``_group_commit``): each returns once it is committed.
 
 The SQL lives in ``sql/sqlite_queries.sql`` (named queries) and ``sql/sqlite_migrations/``
 (the schema, one numbered file per version, recorded in ``PRAGMA user_version``).
@@ -23,17 +24,18 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache
-from importlib.resources import files
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from oarlock.errors import ConflictError, FormatError, IntegrityError, NotFound, StoreError
-from oarlock.formats._codec import dump_json, parse_json
-from oarlock.formats._models import RunDocument
-from oarlock.store._base import Event, RunSummary, StoredRun, event_rows
+from oarlock.formats._runcheck import conforming_run
+from oarlock.store._group_commit import GroupCommit
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pydantic and the store's dataclasses load on first use, not on import:
+    # the read-only CLI commands (read_document, read_events, read_runs) need neither
+    from oarlock.formats._models import RunDocument
+    from oarlock.store._base import Event, RunSummary, StoredRun
     from oarlock.store._sqlite_governance import SQLiteGovernanceStore
 
 __all__ = ["SQLiteStore", "default_db_path", "named_queries", "schema_version"]
@@ -41,6 +43,9 @@ __all__ = ["SQLiteStore", "default_db_path", "named_queries", "schema_version"]
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 _BUSY_TIMEOUT_MS = 5000
+# Beside this module, as the package data ships (read directly: importlib.resources would
+# cost the read-only commands some 4 ms of imports at start).
+_SQL = Path(__file__).with_name("sql")
 
 
 def default_db_path() -> Path:
@@ -56,7 +61,7 @@ def default_db_path() -> Path:
 @cache
 def named_queries(filename: str = "sqlite_queries.sql") -> Mapping[str, str]:
     """The named queries of one file in ``sql/``, read once."""
-    text = (files("oarlock.store") / "sql" / filename).read_text("utf-8")
+    text = (_SQL / filename).read_text("utf-8")
     parts = _NAME.split(text)  # [preamble, name1, sql1, name2, sql2, ...]
     queries = {name: sql.strip() for name, sql in zip(parts[1::2], parts[2::2], strict=True)}
     if len(queries) != len(parts) // 2:
@@ -67,7 +72,7 @@ def named_queries(filename: str = "sqlite_queries.sql") -> Mapping[str, str]:
 @cache
 def _migrations() -> tuple[tuple[int, str], ...]:
     """``(version, sql)`` for every migration file, in order; versions are 1, 2, ..."""
-    folder = files("oarlock.store") / "sql" / "sqlite_migrations"
+    folder = _SQL / "sqlite_migrations"
     found = sorted(
         (int(m.group(1)), entry.read_text("utf-8"))
         for entry in folder.iterdir()
@@ -106,6 +111,8 @@ def _compact(value: Any) -> str:
 
 def _columns(document: RunDocument) -> dict[str, Any]:
     """The columns of ``runs`` that are copied out of the document."""
+    from oarlock.formats._codec import dump_json
+
     return {
         "id": document.id,
         "agent": document.agent,
@@ -119,6 +126,8 @@ def _columns(document: RunDocument) -> dict[str, Any]:
 
 
 def _event_rows(run_id: str, events: list[Event]) -> list[dict[str, Any]]:
+    from oarlock.store._base import event_rows
+
     return [
         {"run_id": run_id, "kind": kind, "at": at, "data": data}
         for kind, at, data in event_rows(run_id, events)
@@ -132,17 +141,17 @@ def _json(run_id: str, text: str, what: str) -> Any:
         raise IntegrityError(f"run {run_id}: stored {what} is not JSON") from None
 
 
-def _summary(row: sqlite3.Row) -> RunSummary:
-    tags = _json(row["id"], row["tags"], "tags")
-    return RunSummary(
-        row["id"],
-        row["agent"],
-        row["status"],
-        tags,
-        row["turns"],
-        row["created_at"],
-        row["updated_at"],
-    )
+def _summary(row: sqlite3.Row) -> dict[str, Any]:
+    """A row of ``runs`` as the members of a :class:`RunSummary`, in its order."""
+    return {
+        "id": row["id"],
+        "agent": row["agent"],
+        "status": row["status"],
+        "tags": _json(row["id"], row["tags"], "tags"),
+        "turns": row["turns"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+    }
 
 
 class SQLiteStore:
@@ -153,6 +162,7 @@ class SQLiteStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn: sqlite3.Connection | None = None
         self._governance: SQLiteGovernanceStore | None = None
+        self._group = GroupCommit(self)
         try:
             conn = sqlite3.connect(self.path, isolation_level=None)
         except sqlite3.Error as exc:
@@ -267,8 +277,8 @@ class SQLiteStore:
     ) -> int:
         run_id, q = document.id, named_queries()
         columns, rows = _columns(document), _event_rows(document.id, events)
-        conn = self._db()
-        with self._transaction(conn, f"creating run {run_id}"):
+
+        def write(conn: sqlite3.Connection) -> int:
             try:
                 conn.execute(q["create_run"], {**columns, "agent_ref": agent_ref})
             except sqlite3.IntegrityError as exc:
@@ -277,18 +287,42 @@ class SQLiteStore:
                 raise
             conn.execute(q["insert_tags"], columns)
             conn.executemany(q["append_event"], rows)
-        return 1
+            return 1
+
+        return await self._group.submit(write)
 
     async def load(self, run_id: str) -> StoredRun:
         rows = self._query("load_run", {"id": run_id}, f"loading run {run_id}")
         if not rows:
             raise NotFound(f"no run {run_id}")
         raw, version, agent_ref = rows[0]
+        from oarlock.store._base import StoredRun
+
         return StoredRun(self._document(run_id, raw), version, agent_ref)
+
+    def read_document(self, run_id: str) -> dict[str, Any]:
+        """The run's document as stored: JSON, with its camelCase members. For commands that
+        only read, synchronously and without pydantic: the document must be JSON that passes
+        the run schema (compiled ahead of time) and carry ``run_id``. One that does not is
+        parsed as :meth:`load` parses it, so it is refused with the same IntegrityError (or
+        shown, if only the quick check refused it). Raises NotFound."""
+        rows = self._query("load_run", {"id": run_id}, f"loading run {run_id}")
+        if not rows:
+            raise NotFound(f"no run {run_id}")
+        raw = rows[0][0]
+        document = conforming_run(raw) if isinstance(raw, bytes | str) else None
+        if document is not None and document["id"] == run_id:
+            return document
+        from oarlock.formats._codec import dump
+
+        return dump(self._document(run_id, raw))
 
     @staticmethod
     def _document(run_id: str, raw: object) -> RunDocument:
         """The stored document, or IntegrityError: never a document we cannot trust."""
+        from oarlock.formats._codec import parse_json
+        from oarlock.formats._models import RunDocument
+
         if not isinstance(raw, bytes | str):
             raise IntegrityError(f"run {run_id}: stored document is not JSON text")
         try:
@@ -302,15 +336,17 @@ class SQLiteStore:
     async def save(self, document: RunDocument, expected_version: int, events: list[Event]) -> int:
         run_id, q = document.id, named_queries()
         columns, rows = _columns(document), _event_rows(document.id, events)
-        conn = self._db()
-        with self._transaction(conn, f"saving run {run_id}"):
+
+        def write(conn: sqlite3.Connection) -> int:
             updated = conn.execute(q["save_run"], {**columns, "expected_version": expected_version})
             if updated.rowcount != 1:
                 self._refuse_save(conn, run_id, expected_version)
             conn.execute(q["delete_tags"], columns)
             conn.execute(q["insert_tags"], columns)
             conn.executemany(q["append_event"], rows)
-        return expected_version + 1
+            return expected_version + 1
+
+        return await self._group.submit(write)
 
     @staticmethod
     def _refuse_save(conn: sqlite3.Connection, run_id: str, expected: int) -> None:
@@ -320,11 +356,23 @@ class SQLiteStore:
         raise ConflictError(f"run {run_id} changed: stored version {row[0]}, expected {expected}")
 
     async def events(self, run_id: str) -> list[Event]:
+        from oarlock.store._base import Event
+
+        return [Event(e["kind"], e["at"], e["data"], e["seq"]) for e in self.read_events(run_id)]
+
+    def read_events(self, run_id: str) -> list[dict[str, Any]]:
+        """:meth:`events`, synchronously and as JSON: each event's ``seq``, ``kind``, ``at``
+        and ``data`` (for commands that only read)."""
         rows = self._query("list_events", {"id": run_id}, f"reading events of run {run_id}")
         if not rows:
             raise NotFound(f"no run {run_id}")
         return [
-            Event(row["kind"], row["at"], _json(run_id, row["data"], "event data"), row["seq"])
+            {
+                "seq": row["seq"],
+                "kind": row["kind"],
+                "at": row["at"],
+                "data": _json(run_id, row["data"], "event data"),
+            }
             for row in rows
             if row["seq"] is not None
         ]
@@ -336,6 +384,19 @@ class SQLiteStore:
         tags: dict[str, str] | None = None,
         limit: int = 100,
     ) -> list[RunSummary]:
+        from oarlock.store._base import RunSummary
+
+        return [RunSummary(**r) for r in self.read_runs(status=status, tags=tags, limit=limit)]
+
+    def read_runs(
+        self,
+        *,
+        status: str | None = None,
+        tags: dict[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """:meth:`list_runs`, synchronously and as JSON: each run's :class:`RunSummary`
+        members, in order (for commands that only read)."""
         params: dict[str, Any] = {"status": status, "limit": max(limit, 0)}
         if tags:
             name = "list_runs_by_tags"
@@ -353,9 +414,27 @@ class SQLiteStore:
         return self._governance
 
     async def close(self) -> None:
+        self.close_now()
+
+    def close_now(self) -> None:
+        """:meth:`close`, synchronously (for commands that only read). Writes waiting for
+        their group commit are committed first."""
+        if self._conn is not None:
+            self._group.flush()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close_now()
 
     async def __aenter__(self) -> Self:
         return self
