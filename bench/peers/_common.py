@@ -17,6 +17,7 @@ from typing import Any
 
 TOOL_TURNS = 10  # tool calls per workload run
 MODEL_TURNS = TOOL_TURNS + 1  # per-turn figures divide a whole run by this (11 model turns)
+SHARED_RUNS = 5  # runs already in the database when the shared-store bytes are measured
 
 
 def quiet() -> Any:

@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, checkpointed_size, quiet, row_bytes, run_script
+from _common import (
+    MODEL_TURNS,
+    SHARED_RUNS,
+    TOOL_TURNS,
+    checkpointed_size,
+    quiet,
+    row_bytes,
+    run_script,
+)
 
 REAL_STDOUT = quiet()
 
@@ -244,9 +252,25 @@ def stored_bytes(tmp: Path, turns: int) -> dict[str, Any]:
     return {
         "file_bytes": size - base,
         "empty_file_bytes": base,
+        "shared_file_bytes": shared_bytes(tmp, turns),
         "row_bytes": sum(rows.values()),
         "row_bytes_by_table": rows,
     }
+
+
+def shared_bytes(tmp: Path, turns: int) -> int:
+    """What one run adds to a database that holds runs already (SHARED_RUNS of 10 turns)."""
+    path = tmp / f"shared-{turns}.db"
+    conn = sqlite_conn(path)
+    graph = graph_for(SqliteSaver(conn), sync=True, tool_turns=TOOL_TURNS)
+    for _ in range(SHARED_RUNS):
+        run_sync(graph, True, TOOL_TURNS)
+    conn.close()
+    before = checkpointed_size(path)
+    conn = sqlite_conn(path)
+    run_sync(graph_for(SqliteSaver(conn), sync=True, tool_turns=turns), True, turns)
+    conn.close()
+    return checkpointed_size(path) - before
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, arguments, checkpointed_size, emit, quiet, row_bytes
+from _common import (
+    MODEL_TURNS,
+    SHARED_RUNS,
+    TOOL_TURNS,
+    arguments,
+    checkpointed_size,
+    emit,
+    quiet,
+    row_bytes,
+)
 
 REAL_STDOUT = quiet()
 
@@ -113,9 +122,22 @@ async def stored_bytes(tmp: Path, turns: int) -> dict[str, Any]:
     return {
         "file_bytes": size - base,
         "empty_file_bytes": base,
+        "shared_file_bytes": await shared_bytes(tmp, turns),
         "row_bytes": sum(rows.values()),
         "row_bytes_by_table": rows,
     }
+
+
+async def shared_bytes(tmp: Path, turns: int) -> int:
+    """What one run adds to a database that holds runs already (SHARED_RUNS of 10 turns)."""
+    path = tmp / f"shared-{turns}.db"
+    async with SQLiteStore(path) as store:
+        for _ in range(SHARED_RUNS):
+            await one_run(store)
+    before = checkpointed_size(path)
+    async with SQLiteStore(path) as store:
+        await one_run(store, turns)
+    return checkpointed_size(path) - before
 
 
 async def make_run(db: Path) -> str:
