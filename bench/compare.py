@@ -505,6 +505,7 @@ def markdown(res: dict[str, Any]) -> str:
     out += governance_section(res.get("governance") or {})
     out += scale_section(res.get("scale") or {})
     out += targets_section(res)
+    out += floors_section(res)
     out += [
         "",
         "## Notes",
@@ -608,6 +609,49 @@ def _fastest(rows: list[dict[str, Any]], section: str) -> tuple[float | None, fl
             else:
                 peer = r["ms"]["median"] if peer is None else min(peer, r["ms"]["median"])
     return base, peer
+
+
+def floors_section(res: dict[str, Any]) -> list[str]:
+    """What the guarantees cost at least, from figures of this same invocation."""
+    samples = (res["raw"].get("oarlock") or {}).get("commit_s")
+    sections = sorted({r["section"] for r in res["rows"]})
+    durable = next((s for s in sections if s.startswith("2.")), None)
+    resume = next((s for s in sections if s.startswith("3.")), None)
+    if not samples or durable is None or resume is None:
+        return []
+    commit = statistics.median(samples) * 1000
+    _, lg = _fastest(res["rows"], durable)
+    _, fastest_resume = _fastest(res["rows"], resume)
+    out = [
+        "",
+        "## Floors",
+        "",
+        f"One flushed SQLite commit (WAL, synchronous=FULL, a 2 KB row) took {commit:.3f} ms "
+        f"(median of {len(samples)}) in this invocation. oarlock commits each step before "
+        "it goes on: a 10-turn run makes 22 flushed commits (its creation; per tool turn "
+        "the model's response, then the tool results, as LangGraph checkpoints each node; "
+        "the answer), so the flushes alone cost "
+        f"{22 * commit / 11:.3f} ms per model turn",
+    ]
+    if lg:
+        out[-1] += (
+            f": against LangGraph's {lg:.3f} ms, no CPU time at all would give "
+            f"{lg / (2 * commit):.1f}×."
+        )
+    out.append("")
+    line = (
+        "Pause and resume makes at least four flushed commits, each before it is "
+        "acknowledged or acted on (the decision; the spend call's idempotency claim, "
+        "before the tool runs; the tool results; the answer), and opens the database: "
+        f"{4 * commit:.3f} ms of flushes"
+    )
+    if fastest_resume:
+        line += (
+            f", against {fastest_resume:.3f} ms for the fastest peer, which stores nothing "
+            "durably while it resumes."
+        )
+    out.append(line)
+    return out
 
 
 def targets_section(res: dict[str, Any]) -> list[str]:

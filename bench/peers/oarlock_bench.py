@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -159,6 +160,26 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await resume_once(tmp / "warm.db")
         out["resume_s"] = [await resume_once(tmp / f"resume-{i}.db") for i in range(args.rounds)]
         out["bytes"] = {str(n): await stored_bytes(tmp, n) for n in (TOOL_TURNS, 100)}
+        out["commit_s"] = flushed_commits(tmp / "commits.db", 200)
+    return out
+
+
+def flushed_commits(path: Path, n: int) -> list[float]:
+    """The floor under every durable figure: one commit of a 2 KB row to a WAL file with
+    synchronous=FULL (one flush of the disk), n times."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
+    row = b"x" * 2048
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t VALUES (?, ?)", (i, row))
+        conn.execute("COMMIT")
+        out.append(time.perf_counter() - t0)
+    conn.close()
     return out
 
 
