@@ -47,7 +47,6 @@ def run_uuid(run_id: str) -> str:
         return str(uuid.uuid5(_NAMESPACE, f"run:{run_id}"))
 
 
-@lru_cache(maxsize=4096)
 def step_uuid(run_id: str, turn: int) -> str:
     """A stable id for one turn of one run (the same in every process that resumes it)."""
     return str(uuid.uuid5(_NAMESPACE, f"step:{run_id}:{turn}"))
