@@ -220,3 +220,14 @@ def test_list_runs_follows_saved_status_and_tags(store: RunStore) -> None:
     summary = next(r for r in run(store.list_runs()) if r.id == "a")
     assert (summary.turns, summary.updated_at) == (4, "2026-11-05T00:00:00Z")
     assert json.loads(dump_json(run(store.load("a")).document))["tags"] == {"team": "y"}
+
+
+def test_list_runs_keeps_unchanged_tags_and_drops_removed_ones(store: RunStore) -> None:
+    _seed_listing(store)
+    doc = run(store.load("d")).document
+    run(store.save(changed(doc, turns=2), 1, []))  # the same tags
+    assert ids(store, tags={"k": "v"}) == ["d"]
+    run(store.save(changed(doc, turns=3, tags={}), 2, []))
+    assert ids(store, tags={"k": "v"}) == []
+    assert ids(store, tags={"team": "x"}) == ["b", "a"]
+    assert ids(store) == ["e", "d", "c", "b", "a"]

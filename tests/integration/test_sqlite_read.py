@@ -160,7 +160,10 @@ def test_corrupt_event_data_raises_integrity_error(tmp_path: Path) -> None:
     create(path, make_doc(), [Event("run_created", "t", {"a": 1})])
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("UPDATE events SET data = '{oops' WHERE run_id = ?", (RUN_ID,))
+        conn.execute(
+            "UPDATE events SET data = '{oops' WHERE run_num = (SELECT num FROM runs WHERE id = ?)",
+            (RUN_ID,),
+        )
     conn.close()
     with SQLiteStore(path) as store, pytest.raises(IntegrityError, match=RUN_ID):
         store.read_events(RUN_ID)

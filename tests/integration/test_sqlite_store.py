@@ -161,7 +161,8 @@ def test_corrupt_document_raises_integrity_error(tmp_path: Path, garbage: object
 def test_corrupt_event_data_raises_integrity_error(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     create(path, make_doc(), [Event("run_created", "t", {"a": 1})], None)
-    tamper(path, "UPDATE events SET data = '{oops' WHERE run_id = ?", RUN_ID)
+    tamper(path, "UPDATE events SET data = '{oops' "
+                 "WHERE run_num = (SELECT num FROM runs WHERE id = ?)", RUN_ID)
     with pytest.raises(IntegrityError, match=RUN_ID):
         snapshot(path)
 
@@ -221,7 +222,8 @@ def test_migrations_create_what_every_named_query_needs(tmp_path: Path) -> None:
     assert schema(path) == {
         "table": RUN_TABLES | GOVERNANCE_TABLES,
         "index": {"runs_by_created", "runs_by_status", "run_tags_by_value",
-                  "invocations_by_run", "receipts_by_status", "reconciliations_by_invocation"},
+                  "invocations_by_run", "reconciliations_by_invocation"},
+        "trigger": {"runs_tags_created", "runs_tags_changed"},
     }
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite.schema_version() >= 2
@@ -270,21 +272,27 @@ def test_reopening_migrates_nothing_and_keeps_data(tmp_path: Path) -> None:
 
 
 def test_a_version_1_database_is_migrated_to_the_governance_schema_keeping_its_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    path = tmp_path / "x.db"
-    first = _sqlite._migrations()[:1]
-    with monkeypatch.context() as m:
-        m.setattr(_sqlite, "_migrations", lambda: first)
-        create(path, make_doc(), [Event("run_created", "t", {})], "m:a")
-        assert schema(path)["table"] == RUN_TABLES
-        before = snapshot(path)
+    path, doc = tmp_path / "x.db", make_doc()
+    conn = sqlite3.connect(path)  # the schema and rows of a version-1 store
+    conn.executescript(_sqlite._migrations()[0][1])
+    conn.execute("PRAGMA user_version = 1")
+    with conn:
+        conn.execute(
+            "INSERT INTO runs (id, agent, status, turns, created_at, updated_at, version, "
+            "agent_ref, document) VALUES (?, ?, ?, ?, ?, ?, 1, 'm:a', ?)",
+            (RUN_ID, doc.agent, doc.status, doc.turns, doc.created_at, doc.updated_at,
+             dump_json(doc)))
+        conn.execute("INSERT INTO events VALUES (?, 1, 'run_created', 't', '{}')", (RUN_ID,))
+    conn.close()
+    assert schema(path)["table"] == RUN_TABLES
     after = snapshot(path)  # opened by the code that knows every migration
     assert schema(path)["table"] == RUN_TABLES | GOVERNANCE_TABLES
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite.schema_version()
     conn.close()
-    assert after == before
+    assert after == (dump_json(doc), 1, "m:a", [(1, "run_created", "t", {})])
 
 
 def test_failed_migration_leaves_nothing_behind(

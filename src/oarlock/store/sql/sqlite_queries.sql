@@ -2,10 +2,11 @@
 -- holds one statement with :named parameters. The schema is in sqlite_migrations/.
 
 -- name: create_run
-INSERT INTO runs (id, agent, status, turns, tags, created_at, updated_at, version, agent_ref,
-                  document)
-VALUES (:id, :agent, :status, :turns, :tags, :created_at, :updated_at, 1, :agent_ref,
-        :document);
+-- Runs are numbered 1, 2, ... (see 0003); the triggers of 0003 write its run_tags.
+INSERT INTO runs (num, id, agent, status, turns, tags, created_at, updated_at, version,
+                  agent_ref, document)
+VALUES ((SELECT coalesce(max(num), 0) + 1 FROM runs), :id, :agent, :status, :turns, :tags,
+        :created_at, :updated_at, 1, :agent_ref, :document);
 
 -- name: load_run
 SELECT document, version, agent_ref FROM runs WHERE id = :id;
@@ -14,29 +15,24 @@ SELECT document, version, agent_ref FROM runs WHERE id = :id;
 SELECT version FROM runs WHERE id = :id;
 
 -- name: save_run
+-- The triggers of 0003 rewrite the run's run_tags if its tags change.
 UPDATE runs
 SET agent = :agent, status = :status, turns = :turns, tags = :tags,
     created_at = :created_at, updated_at = :updated_at, document = :document,
     version = version + 1
 WHERE id = :id AND version = :expected_version;
 
--- name: delete_tags
-DELETE FROM run_tags WHERE run_id = :id;
-
--- name: insert_tags
-INSERT INTO run_tags (run_id, key, value)
-SELECT :id, key, value FROM json_each(:tags);
-
 -- name: append_event
-INSERT INTO events (run_id, seq, kind, at, data)
-VALUES (:run_id,
-        (SELECT coalesce(max(seq), 0) + 1 FROM events WHERE run_id = :run_id),
+INSERT INTO events (run_num, seq, kind, at, data)
+VALUES ((SELECT num FROM runs WHERE id = :run_id),
+        (SELECT coalesce(max(seq), 0) + 1 FROM events
+         WHERE run_num = (SELECT num FROM runs WHERE id = :run_id)),
         :kind, :at, :data);
 
 -- name: list_events
 -- One row with a NULL seq when the run has no events; no row when there is no such run.
 SELECT e.seq, e.kind, e.at, e.data
-FROM runs AS r LEFT JOIN events AS e ON e.run_id = r.id
+FROM runs AS r LEFT JOIN events AS e ON e.run_num = r.num
 WHERE r.id = :id
 ORDER BY e.seq;
 
