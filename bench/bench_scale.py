@@ -73,8 +73,7 @@ def seed(path: Path, count: int) -> None:
                 if i % 100 == 0:
                     doc.status = "waiting_approval"
                 columns = _columns(doc)
-                conn.execute(q["create_run"], {**columns, "agent_ref": None})
-                conn.execute(q["insert_tags"], columns)
+                conn.execute(q["create_run"], {**columns, "agent_ref": None})  # tags too
     asyncio.run(store.close())
 
 

@@ -1,0 +1,46 @@
+"""The oarlock benchmark scripts still run against today's store and engine (tiny sizes,
+nothing timed): a schema or API change that breaks them fails here, not in a benchmark run.
+The peers' scripts need their own virtual environment and are left to ``bench/compare.py``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).parents[2] / "bench"
+
+
+def run(script: Path, *args: str, cwd: Path) -> dict[str, Any]:
+    out = cwd / "out.json"
+    proc = subprocess.run(
+        [sys.executable, str(script), *args, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result: dict[str, Any] = json.loads(out.read_text("utf-8"))
+    return result
+
+
+def test_the_scale_benchmark_seeds_lists_and_runs_concurrently(tmp_path: Path) -> None:
+    result = run(
+        BENCH / "bench_scale.py",
+        *("--stored", "300", "--concurrent", "5", "--latency", "0.01"),
+        cwd=tmp_path,
+    )
+    assert result["stored_runs"] == 300
+    assert result["listing"]["waiting_found"] == 3  # one run in a hundred waits
+    for kind in ("concurrent_memory", "concurrent_sqlite"):
+        assert result[kind]["runs"] == 5 and result[kind]["wall_s"] > 0
+
+
+def test_the_governance_benchmark_measures_every_case(tmp_path: Path) -> None:
+    result = run(BENCH / "bench_governance.py", "--calls", "8", "--rounds", "1", cwd=tmp_path)
+    assert "governed read call, SQLite (2 commits)" in result
+    assert all(case["median_ms"] >= 0 for case in result.values())
