@@ -3,10 +3,12 @@
 The ``jsonschema`` validator takes milliseconds per document; the compiled one, tens of
 microseconds. The run schema is compiled ahead of time into ``_run_schema_check.py`` (see
 ``_gen_run_check``) with :func:`compile_options`, so that reading a stored run checks it
-without importing either; :func:`conforms` compiles at run time. A compiled check is used
-only to accept: what it refuses goes through :func:`~oarlock.formats.ensure_valid`, whose
-verdict (and report) decides. Property tests hold it to never accept what ``jsonschema``
-refuses.
+without importing either. A compiled check is used only to accept: what it refuses goes
+through :func:`~oarlock.formats.ensure_valid`, whose verdict (and report) decides.
+
+fastjsonschema is a development dependency (the ``test`` extra): it is needed to generate
+the shipped check and by :func:`conforms`, which compiles at run time for the property
+tests that hold every compiled check to never accept what ``jsonschema`` refuses.
 """
 
 from __future__ import annotations
