@@ -1,0 +1,80 @@
+"""How many commits a run costs on SQLite, and which of them wait for the disk: the floor
+under every durable figure in bench/results.md. A 10-turn run of one read tool commits its
+creation, each turn's model response and tool results, and the answer, each flushed before
+the run goes on (22); each governed read call adds two unflushed commits (its claim before the
+tool runs, its receipt after). Resuming a paused run flushes four: the decision, the spend
+call's claim (before the tool runs), the results and the answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from oarlock.engine import Agent, Limits, Runner
+from oarlock.models import ScriptedModel
+from oarlock.store import SQLiteStore
+from oarlock.tools import tool
+
+
+@tool(side_effect="read")
+async def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+@tool(side_effect="spend", needs_approval=True)
+async def pay(amount: float) -> str:
+    """Pay an amount."""
+    return f"paid {amount}"
+
+
+def agent(tool_turns: int, final_call: str | None = None) -> Agent:
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": f"turn {i}"}}]}
+        for i in range(tool_turns)
+    ]
+    if final_call:
+        turns.append({"tool_calls": [{"name": final_call, "arguments": {"amount": 5}}]})
+    turns.append({"text": "done"})
+    return Agent("counts", ScriptedModel(turns), tools=[echo, pay], limits=Limits(max_turns=50))
+
+
+def count_commits(store: SQLiteStore) -> dict[str, int]:
+    """Count the store's COMMITs from now on, by the synchronous setting they ran under."""
+    counts = {"FULL": 0, "NORMAL": 0}
+    setting = ["FULL" if store.db().execute("PRAGMA synchronous").fetchone()[0] == 2 else "?"]
+
+    def trace(sql: str) -> None:
+        if sql.startswith("PRAGMA synchronous = "):
+            setting[0] = sql.rsplit(" ", 1)[1]
+        elif sql == "COMMIT":
+            counts[setting[0]] += 1
+
+    store.db().set_trace_callback(trace)
+    return counts
+
+
+async def test_a_ten_turn_run_flushes_22_commits_and_adds_two_unflushed_per_call(
+    tmp_path: Path,
+) -> None:
+    async with SQLiteStore(tmp_path / "c.db") as store:
+        counts = count_commits(store)
+        doc = await Runner(agent(10), store).start("go")
+        assert doc.status == "completed" and doc.turns == 11
+    assert counts == {"FULL": 22, "NORMAL": 20}
+
+
+async def test_resuming_after_an_approval_flushes_four_commits(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    async with SQLiteStore(path) as store:
+        paused = await Runner(agent(9, final_call="pay"), store).start("go")
+    assert paused.status == "waiting_approval"
+    call = paused.pending_approvals[0].tool_call_id
+    async with SQLiteStore(path) as store:
+        counts = count_commits(store)
+        runner = Runner(agent(9, final_call="pay"), store)
+        await runner.decide(paused.id, call, "approved")
+        done = await runner.resume(paused.id)
+        assert done.status == "completed"
+    # flushed: decision, claim, results, answer; unflushed: the approval, the receipt
+    assert counts == {"FULL": 4, "NORMAL": 2}
