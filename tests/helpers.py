@@ -11,7 +11,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from oarlock.engine import Agent, Limits
 from oarlock.governance._sanitize import unfence
+from oarlock.models import ScriptedModel
+from oarlock.tools import tool
 
 
 def result_text(part: Any) -> str:
@@ -56,3 +59,27 @@ def unfenced_document(dumped: dict[str, Any]) -> dict[str, Any]:
     for part in doc.get("bufferedToolResults", []):
         _unfence_json(part)
     return doc
+
+
+@tool(side_effect="read")
+async def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+@tool(side_effect="spend")
+async def pay(amount: float) -> str:
+    """Pay an amount (needs approval)."""
+    return f"paid {amount}"
+
+
+def echo_agent(name: str, calls: int, *, pay_last: bool = False) -> Agent:
+    """An agent whose model calls ``echo`` ``calls`` times (then ``pay``, with
+    ``pay_last``, which waits for an approval), then answers "done"."""
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": f"turn {i}"}}]} for i in range(calls)
+    ]
+    if pay_last:
+        turns.append({"tool_calls": [{"name": "pay", "arguments": {"amount": 5}}]})
+    turns.append({"text": "done"})
+    return Agent(name, ScriptedModel(turns), tools=[echo, pay], limits=Limits(max_turns=calls + 10))

@@ -10,8 +10,9 @@ import logging
 import os
 import sqlite3
 import sys
+import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,31 @@ def run_script(real_stdout: Any, main_async: Callable[[argparse.Namespace], Any]
     """Parse the options, run the script's measurements, print their one JSON object."""
     emit(real_stdout, asyncio.run(main_async(arguments().parse_args())))
     return 0
+
+
+async def memory_and_resume(
+    out: dict[str, Any],
+    args: argparse.Namespace,
+    per_turn: Callable[[int, int], Awaitable[list[float]]],
+    resume_once: Callable[[Path], Awaitable[float]],
+    note: str,
+) -> dict[str, Any]:
+    """The rows of a framework without a run store: per turn in memory, and pause and
+    resume through a JSON file (one warm-up, then one resume a round). A resume that fails
+    is recorded with its error, not hidden."""
+    out["memory_per_turn_s"] = await per_turn(args.rounds, args.runs)
+    with tempfile.TemporaryDirectory() as tmpname:
+        tmp = Path(tmpname)
+        try:
+            await resume_once(tmp / "warm.json")
+            out["resume_s"] = [
+                await resume_once(tmp / f"state-{i}.json") for i in range(args.rounds)
+            ]
+            out["resume_note"] = note
+        except Exception as exc:
+            out["resume_s"] = None
+            out["resume_error"] = f"{type(exc).__name__}: {exc}"
+    return out
 
 
 def emit(real_stdout: Any, payload: dict[str, Any]) -> None:

@@ -14,14 +14,13 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, quiet, run_script
+from _common import MODEL_TURNS, TOOL_TURNS, memory_and_resume, quiet, run_script
 
 REAL_STDOUT = quiet()
 
@@ -156,21 +155,8 @@ async def resume_once(path: Path) -> float:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"framework": "openai-agents", "version": version("openai-agents")}
-    out["memory_per_turn_s"] = await per_turn(args.rounds, args.runs)
-    with tempfile.TemporaryDirectory() as tmpname:
-        tmp = Path(tmpname)
-        try:
-            await resume_once(tmp / "warm.json")
-            out["resume_s"] = [
-                await resume_once(tmp / f"state-{i}.json") for i in range(args.rounds)
-            ]
-            out["resume_note"] = (
-                "RunState.to_string() in a JSON file; read + from_string + approve + Runner.run"
-            )
-        except Exception as exc:  # record, don't hide
-            out["resume_s"] = None
-            out["resume_error"] = f"{type(exc).__name__}: {exc}"
-    return out
+    note = "RunState.to_string() in a JSON file; read + from_string + approve + Runner.run"
+    return await memory_and_resume(out, args, per_turn, resume_once, note)
 
 
 def main() -> int:

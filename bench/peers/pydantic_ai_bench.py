@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MODEL_TURNS, TOOL_TURNS, quiet, run_script
+from _common import MODEL_TURNS, TOOL_TURNS, memory_and_resume, quiet, run_script
 
 REAL_STDOUT = quiet()
 
@@ -116,22 +115,11 @@ async def resume_once(path: Path) -> float:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"framework": "pydantic-ai-slim", "version": version("pydantic-ai-slim")}
-    out["memory_per_turn_s"] = await per_turn(args.rounds, args.runs)
-    with tempfile.TemporaryDirectory() as tmpname:
-        tmp = Path(tmpname)
-        try:
-            await resume_once(tmp / "warm.json")
-            out["resume_s"] = [
-                await resume_once(tmp / f"history-{i}.json") for i in range(args.rounds)
-            ]
-            out["resume_note"] = (
-                "message history JSON file; read + validate_json + "
-                "agent.run(deferred_tool_results=approved)"
-            )
-        except Exception as exc:  # record, don't hide
-            out["resume_s"] = None
-            out["resume_error"] = f"{type(exc).__name__}: {exc}"
-    return out
+    note = (
+        "message history JSON file; read + validate_json + "
+        "agent.run(deferred_tool_results=approved)"
+    )
+    return await memory_and_resume(out, args, per_turn, resume_once, note)
 
 
 def main() -> int:

@@ -8,35 +8,14 @@ call's claim (before the tool runs), the results and the answer."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from oarlock.engine import Agent, Limits, Runner
-from oarlock.models import ScriptedModel
+from helpers import echo_agent
+from oarlock.engine import Agent, Runner
 from oarlock.store import SQLiteStore
-from oarlock.tools import tool
-
-
-@tool(side_effect="read")
-async def echo(text: str) -> str:
-    """Return the text."""
-    return text
-
-
-@tool(side_effect="spend", needs_approval=True)
-async def pay(amount: float) -> str:
-    """Pay an amount."""
-    return f"paid {amount}"
 
 
 def agent(tool_turns: int, final_call: str | None = None) -> Agent:
-    turns: list[dict[str, Any]] = [
-        {"tool_calls": [{"name": "echo", "arguments": {"text": f"turn {i}"}}]}
-        for i in range(tool_turns)
-    ]
-    if final_call:
-        turns.append({"tool_calls": [{"name": final_call, "arguments": {"amount": 5}}]})
-    turns.append({"text": "done"})
-    return Agent("counts", ScriptedModel(turns), tools=[echo, pay], limits=Limits(max_turns=50))
+    return echo_agent("counts", tool_turns, pay_last=final_call == "pay")
 
 
 def count_commits(store: SQLiteStore) -> dict[str, int]:

@@ -15,38 +15,20 @@ from typing import Any
 
 import pytest
 
-from oarlock.engine import Agent, Limits, Runner
+from helpers import echo, echo_agent
+from oarlock.engine import Agent, Runner
 from oarlock.errors import IntegrityError
 from oarlock.formats import dump_json
 from oarlock.formats._time import now_rfc3339
 from oarlock.governance import generate_key, sign_checkpoint, verify_chain
 from oarlock.models import ScriptedModel
 from oarlock.store import Event, SQLiteStore, _sqlite
-from oarlock.tools import tool
 
 KEY = generate_key()
 
 
-@tool(side_effect="read")
-async def echo(text: str) -> str:
-    """Return the text."""
-    return text
-
-
-@tool(side_effect="spend")
-async def pay(amount: float) -> str:
-    """Pay an amount (needs approval)."""
-    return f"paid {amount}"
-
-
 def agent(calls: int, *, pay_last: bool = False) -> Agent:
-    turns: list[dict[str, Any]] = [
-        {"tool_calls": [{"name": "echo", "arguments": {"text": f"turn {i}"}}]} for i in range(calls)
-    ]
-    if pay_last:
-        turns.append({"tool_calls": [{"name": "pay", "arguments": {"amount": 5}}]})
-    turns.append({"text": "done"})
-    return Agent("compact", ScriptedModel(turns), tools=[echo, pay], limits=Limits(max_turns=20))
+    return echo_agent("compact", calls, pay_last=pay_last)
 
 
 async def fill(path: Path) -> tuple[str, str]:

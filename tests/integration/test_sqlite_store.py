@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import re
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,16 @@ GOVERNANCE_TABLES = {"ledger", "invocations", "claims", "approvals", "receipts",
                      "reconciliations", "artifacts", "checkpoints"}
 
 
+def query_plans(conn: sqlite3.Connection, queries: Mapping[str, str]) -> dict[str, str]:
+    """Each named query's plan, one line; compiling it proves its tables and columns exist."""
+    plans = {}
+    for name, sql in queries.items():
+        params = dict.fromkeys(re.findall(r":(\w+)", sql))
+        conn.execute("EXPLAIN " + sql, params).fetchall()
+        plans[name] = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    return plans
+
+
 def test_migrations_create_what_every_named_query_needs(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     asyncio.run(SQLiteStore(path).close())
@@ -230,11 +241,7 @@ def test_migrations_create_what_every_named_query_needs(tmp_path: Path) -> None:
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     queries = _sqlite.named_queries()
     assert {"create_run", "load_run", "save_run", "append_event", "list_runs"} <= set(queries)
-    plans = {}
-    for name, sql in queries.items():
-        params = dict.fromkeys(re.findall(r":(\w+)", sql))
-        conn.execute("EXPLAIN " + sql, params).fetchall()
-        plans[name] = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    plans = query_plans(conn, queries)
     conn.close()
     assert "runs_by_status" in plans["list_runs_by_status"]
     assert "runs_by_created" in plans["list_runs"]
@@ -249,11 +256,7 @@ def test_migrations_create_what_every_governance_query_needs(tmp_path: Path) -> 
     queries = _sqlite.named_queries("sqlite_governance.sql")
     assert {"ledger_append", "insert_claim", "claim_of", "approval_for", "use_approval",
             "insert_receipt", "list_receipts", "open_claims"} <= set(queries)
-    plans = {}
-    for name, sql in queries.items():
-        params = dict.fromkeys(re.findall(r":(\w+)", sql))
-        conn.execute("EXPLAIN " + sql, params).fetchall()
-        plans[name] = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    plans = query_plans(conn, queries)
     conn.close()
     # the look-ups made for every tool call search by key, never scan
     assert "PRIMARY KEY" in plans["claim_of"]

@@ -40,14 +40,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from oarlock.errors import ConfigError, ModelError, RetryableModelError
 from oarlock.formats._models import (
-    AssistantMessage,
     Message,
     TextPart,
     ToolCallPart,
     ToolResultPart,
     UserMessage,
 )
-from oarlock.models._base import ModelRequest, ModelResponse, TextSink
+from oarlock.models._base import (
+    ModelRequest,
+    ModelResponse,
+    TextSink,
+    assistant_message,
+    call_part,
+)
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -243,12 +248,8 @@ class AnthropicModel:
                 "its arguments are cut off, so it was not run: raise max_tokens",
                 code="truncated",
             )
-        parts: list[TextPart | ToolCallPart] = [b.part() for b in reply.blocks if b.keep()]
-        if not parts:
-            parts.append(TextPart(type="text", text=""))
-        return ModelResponse(
-            AssistantMessage(role="assistant", content=parts), *_usage(reply.usage)
-        )
+        message = assistant_message([b.part() for b in reply.blocks if b.keep()])
+        return ModelResponse(message, *_usage(reply.usage))
 
     def _translate(self, exc: Exception, sdk: Any, httpx2: Any, base_url: str) -> ModelError | None:
         """The oarlock error for an SDK or transport failure (None: not one of those)."""
@@ -414,19 +415,7 @@ class _Out:
     def part(self) -> TextPart | ToolCallPart:
         if self.kind == "text":
             return TextPart(type="text", text=self.text)
-        if self.raw is None:
-            return ToolCallPart(
-                type="tool_call", id=self.call_id, name=self.name, arguments=self.arguments
-            )
-        return ToolCallPart.model_validate(
-            {
-                "type": "tool_call",
-                "id": self.call_id,
-                "name": self.name,
-                "arguments": {},
-                "rawArguments": self.raw,
-            }
-        )
+        return call_part(self.call_id, self.name, self.arguments, self.raw)
 
 
 class _Reply:

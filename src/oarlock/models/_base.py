@@ -8,9 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from oarlock.formats._models import AssistantMessage, Message
+from oarlock.formats._models import AssistantMessage, Message, TextPart, ToolCallPart
 
-__all__ = ["ModelAdapter", "ModelRequest", "ModelResponse", "TextSink"]
+__all__ = [
+    "ModelAdapter",
+    "ModelRequest",
+    "ModelResponse",
+    "TextSink",
+    "assistant_message",
+    "call_part",
+]
 
 
 TextSink = Callable[[str], None]
@@ -40,6 +47,22 @@ class ModelResponse:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+
+
+def call_part(call_id: str, name: str, arguments: dict[str, Any], raw: str | None) -> ToolCallPart:
+    """A tool call part; ``raw``, arguments sent as text that is not a JSON object, travels
+    in ``rawArguments`` with ``arguments`` empty (see :class:`ModelResponse`)."""
+    if raw is None:
+        return ToolCallPart(type="tool_call", id=call_id, name=name, arguments=arguments)
+    return ToolCallPart.model_validate(
+        {"type": "tool_call", "id": call_id, "name": name, "arguments": {}, "rawArguments": raw}
+    )
+
+
+def assistant_message(parts: list[TextPart | ToolCallPart]) -> AssistantMessage:
+    """The assistant message of ``parts``; an empty text part when there are none (a
+    message has content)."""
+    return AssistantMessage(role="assistant", content=parts or [TextPart(type="text", text="")])
 
 
 @runtime_checkable

@@ -7,7 +7,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oarlock.errors import ModelError, RetryableModelError
 from oarlock.formats._models import (
@@ -18,10 +18,7 @@ from oarlock.formats._models import (
     ToolResultPart,
     UserMessage,
 )
-from oarlock.models._base import ModelResponse
-
-if TYPE_CHECKING:
-    pass
+from oarlock.models._base import ModelResponse, assistant_message, call_part
 
 _CONTEXT = re.compile(
     r"context[ _]length|context[ _]window|maximum context|too many tokens|prompt is too long|"
@@ -190,34 +187,26 @@ def tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCallPart:
     else:
         parsed = None
     if isinstance(parsed, dict):
-        return ToolCallPart(type="tool_call", id=cid, name=name, arguments=parsed)
-    raw = {
-        "type": "tool_call",
-        "id": cid,
-        "name": name,
-        "arguments": {},
-        "rawArguments": arguments if isinstance(arguments, str) else _compact(arguments),
-    }
-    return ToolCallPart.model_validate(raw)
+        return call_part(cid, name, parsed, None)
+    raw = arguments if isinstance(arguments, str) else _compact(arguments)
+    return call_part(cid, name, {}, raw)
 
 
 def _message(text: str, calls: list[ToolCallPart]) -> AssistantMessage:
-    parts: list[TextPart | ToolCallPart] = []
-    if text:
-        parts.append(TextPart(type="text", text=text))
-    parts.extend(calls)
-    if not parts:
-        parts.append(TextPart(type="text", text=""))
-    return AssistantMessage(role="assistant", content=parts)
+    parts: list[TextPart | ToolCallPart] = [TextPart(type="text", text=text)] if text else []
+    return assistant_message([*parts, *calls])
 
 
-def _chat_usage(usage: Any) -> tuple[int, int, int]:
+def _usage(usage: Any, api: str) -> tuple[int, int, int]:
+    """(input, output, cached) tokens of a Chat Completions (``prompt``/``completion``) or
+    Responses (``input``/``output``) usage object."""
     if usage is None:
         return 0, 0, 0
-    details = _get(usage, "prompt_tokens_details")
+    given, made = ("prompt", "completion") if api == "chat" else ("input", "output")
+    details = _get(usage, f"{given}_tokens_details")
     return (
-        _int(_get(usage, "prompt_tokens")),
-        _int(_get(usage, "completion_tokens")),
+        _int(_get(usage, f"{given}_tokens")),
+        _int(_get(usage, f"{made}_tokens")),
         _int(_get(details, "cached_tokens")) if details is not None else 0,
     )
 
@@ -247,7 +236,7 @@ def parse_chat_completion(completion: Any) -> ModelResponse:
         calls.append(
             tool_call(_get(call, "id"), _get(function, "name"), _get(function, "arguments"))
         )
-    return ModelResponse(_message(text, calls), *_chat_usage(_get(completion, "usage")))
+    return ModelResponse(_message(text, calls), *_usage(_get(completion, "usage"), "chat"))
 
 
 @dataclass
@@ -321,24 +310,13 @@ class _ChatStream:
                 "the stream ended before the answer was complete", code="stream_interrupted"
             )
         calls = [tool_call(c.id, c.name, c.arguments) for _, c in sorted_calls(self.calls)]
-        return ModelResponse(_message("".join(self.text), calls), *_chat_usage(self.usage))
+        return ModelResponse(_message("".join(self.text), calls), *_usage(self.usage, "chat"))
 
 
 def sorted_calls(calls: dict[Any, _Call]) -> list[tuple[Any, _Call]]:
     """Calls by index (ints in order; others after, in arrival order)."""
     numbered = sorted((k, c) for k, c in calls.items() if isinstance(k, int))
     return numbered + [(k, c) for k, c in calls.items() if not isinstance(k, int)]
-
-
-def _responses_usage(usage: Any) -> tuple[int, int, int]:
-    if usage is None:
-        return 0, 0, 0
-    details = _get(usage, "input_tokens_details")
-    return (
-        _int(_get(usage, "input_tokens")),
-        _int(_get(usage, "output_tokens")),
-        _int(_get(details, "cached_tokens")) if details is not None else 0,
-    )
 
 
 def _output_parts(output: Any) -> tuple[str, list[ToolCallPart]]:
@@ -378,7 +356,7 @@ def parse_response(response: Any) -> ModelResponse:
         raise _bad("the body is not a JSON object")
     _check_failed(response)
     text, calls = _output_parts(_get(response, "output"))
-    return ModelResponse(_message(text, calls), *_responses_usage(_get(response, "usage")))
+    return ModelResponse(_message(text, calls), *_usage(_get(response, "usage"), "responses"))
 
 
 @dataclass
@@ -431,7 +409,7 @@ class _ResponsesStream:
             raise RetryableModelError(
                 "the stream ended before the response was complete", code="stream_interrupted"
             )
-        usage = _responses_usage(_get(self.final, "usage"))
+        usage = _usage(_get(self.final, "usage"), "responses")
         output = _get(self.final, "output")
         if isinstance(output, list) and output:
             text, calls = _output_parts(output)

@@ -10,7 +10,7 @@ from typing import Any
 
 from oarlock.errors import ConfigError, ModelError, RetryableModelError
 from oarlock.formats._models import AssistantMessage, TextPart, ToolCallPart
-from oarlock.models._base import ModelRequest, ModelResponse
+from oarlock.models._base import ModelRequest, ModelResponse, assistant_message, call_part
 
 __all__ = ["ScriptedModel"]
 
@@ -88,18 +88,7 @@ def _message(index: int, turn: dict[str, Any]) -> AssistantMessage:
         args = call.get("arguments", {})
         call_id = str(call.get("id") or f"call_{index + 1}_{j + 1}")
         if isinstance(args, dict):
-            parts.append(
-                ToolCallPart(type="tool_call", id=call_id, name=str(call["name"]), arguments=args)
-            )
+            parts.append(call_part(call_id, str(call["name"]), args, None))
         else:
-            raw = {
-                "type": "tool_call",
-                "id": call_id,
-                "name": str(call["name"]),
-                "arguments": {},
-                "rawArguments": str(args),
-            }
-            parts.append(ToolCallPart.model_validate(raw))
-    if not parts:
-        parts.append(TextPart(type="text", text=""))
-    return AssistantMessage(role="assistant", content=parts)
+            parts.append(call_part(call_id, str(call["name"]), {}, str(args)))
+    return assistant_message(parts)
