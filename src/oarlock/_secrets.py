@@ -1,0 +1,92 @@
+"""Secrets never reach storage or output: the one place that redacts them.
+
+:func:`redact` replaces, in any text about to be stored (a run's ``error``, a receipt's
+error message) or shown (every line the command prints):
+
+* every **configured secret**: the values of the provider key variables
+  (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``OPENAI_COMPATIBLE_API_KEY``, and any
+  variable whose name ends in ``_API_KEY``, ``_TOKEN``, ``_SECRET`` or ``_PASSWORD``), and
+  every value passed to :func:`register_secret` (an ``api_key`` in ``model_options``, the
+  headers of an MCP server);
+* **bearer tokens** and other ``Authorization`` header values (``Bearer xyz``,
+  ``"authorization": "Basic ..."``);
+* **credentials in URLs** (``https://user:password@host`` keeps the user, not the password);
+* **well-known key shapes** (``sk-...``, ``sk-ant-...``), whoever configured them.
+
+Each becomes ``[redacted]``. Values shorter than 8 characters are not registered: redacting
+them would mangle ordinary text, and no provider issues keys that short.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+__all__ = ["REDACTED", "redact", "register_secret", "secrets_known"]
+
+REDACTED = "[redacted]"
+_MIN_SECRET = 8
+_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+_ENV_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
+
+_lock = threading.Lock()
+_registered: set[str] = set()
+
+_PATTERNS = (
+    # Authorization: Bearer xyz / "authorization": "Basic xyz" / Bearer xyz
+    re.compile(
+        r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?[^\s\"',;]+"
+    ),
+    re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    # x-api-key: xyz, api_key=xyz, "apiKey": "xyz"
+    re.compile(r"(?i)(\b(?:x-)?api[-_]?key\b[\"']?\s*[:=]\s*[\"']?)[^\s\"',;&]+"),
+    # scheme://user:password@host
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+(?=@)"),
+    # provider key shapes
+    re.compile(r"()\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"),
+)
+
+
+def register_secret(value: str | None) -> None:
+    """Redact ``value`` from now on, wherever it appears (if 8 characters or longer)."""
+    if isinstance(value, str) and len(value) >= _MIN_SECRET:
+        with _lock:
+            _registered.add(value)
+
+
+def _env_secrets() -> list[str]:
+    found = []
+    for name, value in os.environ.items():
+        upper = name.upper()
+        if (upper in _ENV_NAMES or upper.endswith(_ENV_SUFFIXES)) and len(value) >= _MIN_SECRET:
+            found.append(value)
+    return found
+
+
+def secrets_known() -> list[str]:
+    """Every configured secret value, longest first (so that a secret containing another
+    is redacted whole)."""
+    with _lock:
+        values = set(_registered)
+    values.update(_env_secrets())
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str) -> str:
+    """``text`` with every configured secret, bearer token, authorization value and URL
+    password replaced by ``[redacted]``."""
+    if not text:
+        return text
+    for secret in secrets_known():
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    for pattern in _PATTERNS:
+        text = pattern.sub(_keep_prefix, text)
+    return text
+
+
+def _keep_prefix(match: re.Match[str]) -> str:
+    prefix = match.group(1)
+    rest = match.group(0)[len(prefix) :]
+    return match.group(0) if rest == REDACTED else prefix + REDACTED
