@@ -208,9 +208,9 @@ def test_an_edited_body_is_a_hash_mismatch_at_that_entry(
     entries = read_ledger(db)
     report = verify_chain(entries)
     assert not report.ok
-    assert codes(report) == [(seq, "hash_mismatch")]
-    assert report.entries == seq - 1  # the walk stops at the first problem
-    assert report.head_hash == (entries[seq - 2].entry_hash if seq > 1 else "sha256:" + "0" * 64)
+    assert codes(report) == [(seq, "hash_mismatch")]  # and every other entry verifies
+    assert report.entries == 10
+    assert (report.head_seq, report.head_hash) == (11, entries[-1].entry_hash)
 
 
 def test_edited_time_and_unreadable_body_are_hash_mismatches(db: Path) -> None:
@@ -221,7 +221,7 @@ def test_edited_time_and_unreadable_body_are_hash_mismatches(db: Path) -> None:
         conn.execute("UPDATE ledger SET body = ? WHERE seq = 2", ('{"arguments": {"amou',))
     entries = read_ledger(db)
     assert "unreadable" in entries[1].body
-    assert codes(verify_chain(entries)) == [(2, "hash_mismatch")]
+    assert codes(verify_chain(entries)) == [(2, "hash_mismatch"), (3, "hash_mismatch")]
 
 
 def test_the_same_edit_by_text_is_found(db: Path) -> None:
@@ -245,8 +245,8 @@ def test_a_deleted_row_is_a_seq_gap_at_its_seq(db: Path, seq: int) -> None:
     entries = read_ledger(db)
     assert len(entries) == 10
     report = verify_chain(entries)
-    assert codes(report) == [(seq, "seq_gap")]
-    assert report.entries == seq - 1
+    assert codes(report) == [(seq, "seq_gap")]  # the rows after the gap verify
+    assert report.entries == 9
 
 
 def test_a_deleted_row_with_later_rows_renumbered_is_found(db: Path) -> None:
@@ -257,7 +257,8 @@ def test_a_deleted_row_with_later_rows_renumbered_is_found(db: Path) -> None:
             conn.execute("UPDATE ledger SET seq = ? WHERE seq = ?", (seq - 1, seq))
     entries = read_ledger(db)
     assert [e.seq for e in entries] == list(range(1, 11))
-    assert codes(verify_chain(entries)) == [(6, "hash_mismatch")]
+    # the seq is in every hash: each renumbered row is found
+    assert codes(verify_chain(entries)) == [(seq, "hash_mismatch") for seq in range(6, 11)]
 
 
 def test_a_deleted_row_with_moved_rows_rehashed_breaks_the_chain(db: Path) -> None:
@@ -282,7 +283,8 @@ def test_a_deleted_row_with_moved_rows_rehashed_breaks_the_chain(db: Path) -> No
                 values,
             )
     report = verify_chain(read_ledger(db))
-    assert codes(report) == [(6, "chain_broken")]
+    # each moved row was rehashed, so each link after the gap names a hash that is gone
+    assert codes(report) == [(seq, "chain_broken") for seq in range(6, 11)]
     assert report.entries == 5
 
 
@@ -308,8 +310,10 @@ def test_swapped_rows_are_found_at_the_first_swapped_seq(db: Path, a: int, b: in
     entries = read_ledger(db)
     assert [e.seq for e in entries] == list(range(1, 12))
     report = verify_chain(entries)
-    assert codes(report) == [(a, "hash_mismatch")]
-    assert report.entries == a - 1
+    found = codes(report)
+    assert found[0] == (a, "hash_mismatch")
+    assert {seq for seq, _ in found} <= {a, a + 1, b, b + 1}  # only where rows moved
+    assert report.entries == 11 - len(found)
 
 
 @pytest.mark.parametrize(("a", "b"), [(4, 7), (5, 6), (1, 2)])
@@ -319,7 +323,10 @@ def test_swapped_rows_with_their_own_hashes_recomputed_break_the_chain(
     with raw(db) as conn:
         _swap(conn, a, b, rehash=True)
     report = verify_chain(read_ledger(db))
-    assert codes(report) == [(a, "chain_broken")]
+    found = codes(report)
+    assert found[0] == (a, "chain_broken")
+    assert {code for _, code in found} == {"chain_broken"}
+    assert {seq for seq, _ in found} <= {a, a + 1, b, b + 1}
 
 
 # --- (d) a truncated tail ------------------------------------------------------------------
@@ -474,3 +481,37 @@ def test_a_genuine_checkpoint_verifies(db: Path) -> None:
     assert report.ok, report.problems
     assert report.signatures_verified
     assert report.checkpoints_checked == 1
+
+
+# --- every bad entry is reported, and a float's JCS form reads back as itself -------------
+
+
+def test_every_edited_entry_is_reported_and_the_rest_still_checked(db: Path) -> None:
+    with raw(db) as conn:
+        edit_body(conn, 3, _status)
+        edit_body(conn, 8, _status)
+    report = verify_chain(read_ledger(db))
+    assert codes(report) == [(3, "hash_mismatch"), (8, "hash_mismatch")]
+    assert report.entries == 9
+
+
+def test_a_body_holding_a_float_beyond_2_53_verifies(db: Path) -> None:
+    """JCS writes 1e20 as 100000000000000000000; read back, it is the float it was, not an
+    integer without a canonical form (which once made every later entry unverifiable)."""
+    with raw(db) as conn:
+        prev = row(conn, 11)
+
+        def big(body: dict[str, Any]) -> None:
+            body["usage"]["bytesIn"] = 1e20
+
+        values = dict(prev)
+        body = json.loads(values["body"])
+        big(body)
+        values["body"] = jcs(body)
+        assert "100000000000000000000" in values["body"]
+        values["entry_hash"] = entry_hash(
+            11, values["kind"], values["at"], body, values["prev_hash"]
+        )
+        write_row(conn, values)
+    report = verify_chain(read_ledger(db))
+    assert report.ok, report.problems

@@ -256,7 +256,8 @@ def test_verify_reads_a_generator_once_and_lazily(chain: list[LedgerEntry]) -> N
     report = verify_chain(bad_rows())
     assert report.first is not None
     assert report.first.seq == 10
-    assert consumed == 10  # stopped at the first problem
+    assert consumed == 40  # read to the end: a bad entry hides nothing after it
+    assert [p.seq for p in report.problems] == [10]
 
 
 def test_verify_memory_does_not_grow_with_the_ledger() -> None:
@@ -314,15 +315,16 @@ def test_edited_entry_is_a_hash_mismatch_at_its_seq(
     entries = [*chain[:index], changed, *chain[index + 1 :]]
     report = verify_chain(entries)
     assert not report.ok
-    assert report.problems == (report.first,)  # the walk stops at the first problem
+    assert report.problems == (report.first,)  # one edit, one problem; the rest verifies
     assert report.first is not None
     assert report.first.code == "hash_mismatch"
     assert report.first.seq == index + 1
     assert report.first.message == (
         f"entry {index + 1} ({changed.kind}): stored hash does not match its content; it was edited"
     )
-    assert report.entries == report.head_seq == index
-    assert report.head_hash == (chain[index - 1].entry_hash if index else GENESIS_HASH)
+    assert report.entries == len(chain) - 1
+    assert report.head_seq == len(chain)
+    assert report.head_hash == chain[-1].entry_hash
 
 
 def test_numerically_equal_body_is_not_an_edit(chain: list[LedgerEntry]) -> None:
@@ -342,7 +344,8 @@ def test_deleted_entry_is_a_seq_gap_at_the_missing_seq(
     assert (report.first.code, report.first.seq) == ("seq_gap", index + 1)
     assert f"entry {index + 1} is missing" in report.first.message
     assert f"entry {index + 2} ({chain[index + 1].kind})" in report.first.message
-    assert report.entries == index
+    assert report.problems == (report.first,)  # the entries after the gap verify
+    assert report.entries == len(chain) - 2  # all but the one that follows the gap
 
 
 def test_several_deleted_entries_are_named_as_a_range(chain: list[LedgerEntry]) -> None:
@@ -407,6 +410,10 @@ def test_inserted_entry_with_recomputed_hash_breaks_the_chain(chain: list[Ledger
     report = verify_chain([*chain[:10], forged, *shifted])
     assert report.first is not None
     assert (report.first.code, report.first.seq) == ("chain_broken", 12)
+    # every later entry was rehashed, so every later link names a hash that is gone
+    assert [(p.code, p.seq) for p in report.problems] == [
+        ("chain_broken", seq) for seq in range(12, 42)
+    ]
     assert report.entries == 11
 
 
@@ -578,7 +585,7 @@ def test_without_keys_checkpoints_are_compared_but_not_verified(
     assert [(p.code, p.seq) for p in report.problems] == [("checkpoint_mismatch", 40)]
 
 
-def test_signatures_are_checked_even_when_the_walk_stops(
+def test_signatures_are_checked_past_a_bad_entry(
     chain: list[LedgerEntry], key: Any
 ) -> None:
     other = generate_key()
@@ -588,13 +595,13 @@ def test_signatures_are_checked_even_when_the_walk_stops(
     edited = dataclasses.replace(chain[9], at="2030-01-01T00:00:00Z")
     entries = [*chain[:9], edited, *chain[10:]]
     report = verify_chain(entries, [cp_late, cp_good, cp_early], [key.public_key()])
-    # earliest first; the good checkpoint past the stop is neither checked nor a problem
+    # earliest first; the walk goes past the bad entry, so the good checkpoint is checked
     assert [(p.code, p.seq) for p in report.problems] == [
         ("unknown_key", 3),
         ("hash_mismatch", 10),
         ("unknown_key", 31),
     ]
-    assert report.checkpoints_checked == 0
+    assert report.checkpoints_checked == 1
 
 
 def test_checkpoint_json_round_trip(chain: list[LedgerEntry], key: Any) -> None:

@@ -338,7 +338,14 @@ def test_public_names() -> None:
         "DEFAULT_MAX_CHARS",
         "MIN_MAX_CHARS",
         "fence",
+        "fix_surrogates",
         "sanitize",
         "sanitize_result",
         "unfence",
     }
+
+
+def test_fix_surrogates_joins_pairs_and_replaces_lone_ones() -> None:
+    assert _sanitize.fix_surrogates("ok") == "ok"
+    assert _sanitize.fix_surrogates("a\udfffb\ud800") == "a\ufffdb\ufffd"
+    assert _sanitize.fix_surrogates("\ud83d\ude00") == "\U0001f600"

@@ -15,11 +15,13 @@ together, so every state below is one a crash can leave, and one a resume contin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from oarlock.errors import DecisionRefused, RunStateError
+from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import (
     AssistantMessage,
     PendingApproval,
@@ -32,6 +34,7 @@ from oarlock.formats._models import (
     UserMessage,
 )
 from oarlock.formats._time import is_before, is_rfc3339
+from oarlock.governance._sanitize import fix_surrogates
 from oarlock.store._base import Event
 
 __all__ = [
@@ -178,6 +181,7 @@ def on_model_response(
     now: str,
 ) -> list[Event]:
     """Append the assistant message and count its turn and usage."""
+    _admit(message)
     _unique_call_ids(doc, message)
     doc.messages.append(message)
     doc.turns += 1
@@ -204,6 +208,37 @@ def on_model_response(
         doc.result = message.text
         events.extend(_status(doc, "completed", now))
     return events
+
+
+def _storable(value: Any) -> Any:
+    """A value the model sent, as a run document can hold it: text with a lone surrogate
+    (which no UTF-8 store can encode) gets U+FFFD in its place; any other value that is
+    not portable JSON becomes its JSON text, escaped."""
+    if isinstance(value, str):
+        return fix_surrogates(value)
+    if portable_problem(value) is None:
+        return value
+    return json.dumps(value, ensure_ascii=True, default=repr)
+
+
+def _admit(message: AssistantMessage) -> None:
+    """Make whatever a model sent storable, losing nothing a reader needs. A call whose
+    arguments are not portable JSON (a number beyond ±(2**53 - 1), NaN, a lone surrogate
+    in a key or a value) keeps them, as escaped JSON text, in ``rawArguments`` with
+    ``arguments`` empty: it is never run, and the model is told why."""
+    for part in message.content:
+        if isinstance(part, TextPart):
+            part.text = fix_surrogates(part.text)
+        elif isinstance(part, ToolCallPart):
+            part.id, part.name = fix_surrogates(part.id), fix_surrogates(part.name)
+            if portable_problem(part.arguments) is not None:
+                raw = json.dumps(part.arguments, ensure_ascii=True, default=repr)
+                part.arguments = {}
+                setattr(part, "rawArguments", raw)  # noqa: B010 - an extension member
+        extra = part.model_extra
+        if extra:
+            for key, value in extra.items():
+                extra[key] = _storable(value)
 
 
 def _unique_call_ids(doc: RunDocument, message: AssistantMessage) -> None:

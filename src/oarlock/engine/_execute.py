@@ -11,8 +11,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.governance._executor import CallContext, Review
+from oarlock.governance._sanitize import sanitize
 from oarlock.tools._tool import Tool, ToolArgumentsError, Toolset
 
 __all__ = ["CallContext", "Executor", "Planned", "Review", "error_result", "plan_call"]
@@ -45,11 +47,13 @@ class Executor(Protocol):
 
 
 def error_result(call: ToolCallPart, message: str) -> ToolResultPart:
+    """An error result the model can recover from; the message may quote what the model
+    sent, so it is sanitized like any text that reaches the model or a terminal."""
     return ToolResultPart(
         type="tool_result",
         tool_call_id=call.id,
         tool_name=call.name,
-        content=message,
+        content=sanitize(message, max_chars=8000),
         is_error=True,
     )
 
@@ -91,8 +95,10 @@ def plan_call(call: ToolCallPart, tools: Toolset, executor: Executor, ctx: CallC
 
 def _not_json(name: str, raw: str) -> str:
     try:
-        json.loads(raw)
-        why = "they are not a JSON object"
+        parsed = json.loads(raw)
     except ValueError as exc:
         why = f"they are not valid JSON ({exc})"
+    else:
+        problem = portable_problem(parsed) if isinstance(parsed, dict) else None
+        why = "they are not a JSON object" if problem is None else f"not portable JSON: {problem}"
     return f"The arguments for tool {name!r} could not be read: {why}. Send a JSON object."

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from oarlock._secrets import redact
 from oarlock.engine import _core as core
 from oarlock.engine._agent import Agent
 from oarlock.engine._execute import (
@@ -22,10 +23,17 @@ from oarlock.engine._execute import (
     error_result,
     plan_call,
 )
-from oarlock.errors import ConflictError, DecisionRefused, ModelError, RetryableModelError
+from oarlock.errors import (
+    ConflictError,
+    DecisionRefused,
+    ModelError,
+    RetryableModelError,
+    StoreError,
+)
 from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._executor import GovernedExecutor
+from oarlock.governance._sanitize import sanitize
 from oarlock.models._base import ModelRequest, ModelResponse, TextSink
 from oarlock.store._base import Event, RunStore, StoredRun
 from oarlock.tools._tool import ToolArgumentsError
@@ -263,7 +271,8 @@ class Runner:
         try:
             tool.validate_arguments(edited)
         except ToolArgumentsError as exc:
-            raise DecisionRefused(f"edited arguments refused: {exc}", code="invalid_edit") from None
+            code = "edit_not_canonical" if exc.code == "arguments_not_canonical" else "invalid_edit"
+            raise DecisionRefused(f"edited arguments refused: {exc}", code=code) from None
         return edited
 
     async def _update(
@@ -307,6 +316,17 @@ class Runner:
         except asyncio.CancelledError:
             await asyncio.shield(self._cancel_quietly(doc.id))
             raise
+        except (StoreError, ConflictError, OSError, MemoryError):
+            raise  # the store or the machine: the run stays as committed, to be resumed
+        except Exception as exc:  # anything else would leave the run 'running' forever
+            return await self._fail_stored(doc.id, exc)
+
+    async def _fail_stored(self, run_id: str, exc: Exception) -> RunDocument:
+        """Fail the run as it was last committed (the document in hand may hold what could
+        not be stored) with what went wrong."""
+        why = sanitize(redact(f"{type(exc).__name__}: {exc}"), max_chars=2000)
+        message = f"internal error: {why}"
+        return await self._update(run_id, lambda d: core.fail(d, message, self.clock()))
 
     async def _cancel_quietly(self, run_id: str) -> None:
         with contextlib.suppress(Exception):  # already finished or gone: nothing to cancel

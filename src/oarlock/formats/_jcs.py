@@ -19,7 +19,14 @@ import rfc8785
 
 from oarlock.errors import CanonicalizationError
 
-__all__ = ["INT_MAX", "canonicalize", "digest", "digest_bytes"]
+__all__ = [
+    "INT_MAX",
+    "canonicalize",
+    "digest",
+    "digest_bytes",
+    "loads_jcs",
+    "portable_problem",
+]
 
 INT_MAX = 2**53 - 1
 _encode = json.JSONEncoder(
@@ -102,3 +109,82 @@ def digest_bytes(data: bytes) -> str:
 def digest(value: Any) -> str:
     """The oarlock digest: ``sha256:`` + hex SHA-256 of the JCS form of ``value``."""
     return digest_bytes(canonicalize(value))
+
+
+def _number(text: str) -> int | float:
+    """A JSON integer literal as JCS reads it: an I-JSON number is a double, so one beyond
+    ±(2**53 - 1) (as JCS writes a float such as 1e20) is read as the float it was."""
+    value = int(text)
+    return value if -INT_MAX <= value <= INT_MAX else float(value)
+
+
+def _no_constant(name: str) -> Any:
+    raise CanonicalizationError(f"{name} is not JSON")
+
+
+def loads_jcs(data: str | bytes) -> Any:
+    """Parse JSON that :func:`canonicalize` wrote, so that canonicalizing the result gives
+    the same bytes again (an integer literal beyond ±(2**53 - 1) is a float's JCS form).
+    Raises ``ValueError`` for text that is not JSON."""
+    return json.loads(data, parse_int=_number, parse_constant=_no_constant)
+
+
+def _pointer(path: list[str | int]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path) or "/"
+
+
+def _surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def portable_problem(value: Any, path: list[str | int] | None = None) -> str | None:
+    """What keeps ``value`` from being exchanged and hashed exactly, or None.
+
+    A portable value is JSON that every party reads as the same value and that has one
+    RFC 8785 form: objects with string keys, arrays, strings without lone surrogates,
+    booleans, null, and numbers of magnitude below 2**53 (beyond that, an integer has no
+    exact JCS form and a float reads back as another number). The message names the value
+    by its JSON Pointer."""
+    path = [] if path is None else path
+    t = type(value)
+    if t is str:
+        return f"{_pointer(path)}: text holds a lone surrogate" if _surrogate(value) else None
+    if value is None or t is bool:
+        return None
+    if t is int or t is float:
+        if t is float and not math.isfinite(value):
+            return f"{_pointer(path)}: {value} is not a JSON number"
+        if abs(value) > INT_MAX:
+            return (
+                f"{_pointer(path)}: the number {value} is beyond ±(2**53 - 1), which JSON "
+                "parties cannot all read exactly; send it as a string"
+            )
+        return None
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                return f"{_pointer(path)}: key {k!r} is not a string"
+            if _surrogate(k):
+                return f"{_pointer(path)}: a key holds a lone surrogate"
+            if type(v) is not str or not v.isascii():
+                path.append(k)
+                problem = portable_problem(v, path)
+                path.pop()
+                if problem:
+                    return problem
+        return None
+    if t is list:
+        for i, v in enumerate(value):
+            path.append(i)
+            problem = portable_problem(v, path)
+            path.pop()
+            if problem:
+                return problem
+        return None
+    return f"{_pointer(path)}: a {t.__name__} is not JSON"

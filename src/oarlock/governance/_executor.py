@@ -40,12 +40,13 @@ from pydantic_core import to_jsonable_python
 
 from oarlock.errors import (
     CanonicalizationError,
+    ConfigError,
     ConflictError,
     NotFound,
     OarlockError,
     OutcomeUnknown,
 )
-from oarlock.formats._jcs import canonicalize, digest, digest_bytes
+from oarlock.formats._jcs import canonicalize, digest, digest_bytes, portable_problem
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
 from oarlock.formats._time import is_before, now_rfc3339, shift_rfc3339
@@ -64,6 +65,7 @@ from oarlock.tools._tool import Tool, ToolEffect, ToolOutput, result_text
 __all__ = ["NO_APPROVAL", "CallContext", "GovernedExecutor", "Review", "json_arguments"]
 
 _SAFE = frozenset({"read", "sandbox"})
+_MAX_TTL = 10 * 366 * 86400  # an approval deadline beyond ten years is not one
 NO_APPROVAL = "00000000-0000-0000-0000-000000000000"
 """The approval id a refused ``shared-write``-or-above invocation carries: none was used."""
 
@@ -127,6 +129,10 @@ class GovernedExecutor:
         max_result_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
         self.store, self.policy, self.clock = store, policy or DEFAULT_POLICY, clock
+        for attr in ("policy_id", "version"):
+            value = getattr(self.policy, attr, None)
+            if not (_text(value) and value):
+                raise ConfigError(f"the policy engine's {attr} must be non-empty text")
         self.duplicate_wait, self.lease_seconds = duplicate_wait, lease_seconds
         self.max_result_chars = max_result_chars
 
@@ -162,7 +168,9 @@ class GovernedExecutor:
         return approval
 
     def _evaluate(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> PolicyVerdict:
-        """The policy's verdict; any error in the policy or the tool's rule denies."""
+        """The policy's verdict; any error in the policy or the tool's rule, and any
+        verdict that is not one (an unknown effect, a rule id or reason that is not text),
+        denies: the executor fails closed, and records only what the formats allow."""
         try:
             request = PolicyRequest(
                 tool=tool.name,
@@ -171,11 +179,10 @@ class GovernedExecutor:
                 arguments=arguments,
                 tool_requires_approval=tool.requires_approval(arguments),
             )
-            return self.policy.evaluate(request)
+            return _checked_verdict(self.policy.evaluate(request))
         except Exception as exc:  # fail closed
-            return PolicyVerdict(
-                "deny", None, (f"policy evaluation failed: {type(exc).__name__}: {exc}",)
-            )
+            why = sanitize(f"{type(exc).__name__}: {exc}", max_chars=2000)
+            return PolicyVerdict("deny", None, (f"policy evaluation failed: {why}",))
 
     # -- execution ----------------------------------------------------------------------
     async def execute(
@@ -183,7 +190,14 @@ class GovernedExecutor:
     ) -> ToolResultPart:
         now = self.clock()
         verdict = self._evaluate(tool, arguments, ctx)
-        invocation, bytes_in = self._invocation(tool, call, arguments, ctx)
+        try:
+            invocation, bytes_in = self._invocation(tool, call, arguments, ctx)
+        except CanonicalizationError as exc:  # nothing is claimed, run or recorded
+            return _error(
+                call,
+                f"Tool {tool.name!r} was not run: its arguments have no canonical form "
+                f"({exc}) (arguments_not_canonical).",
+            )
         c = _Call(tool, call, ctx, arguments, invocation, now, bytes_in)
         c.invocation["policyDecision"] = self._decision(verdict, now)
         try:
@@ -592,6 +606,39 @@ def _check_approval(approval: Approval, used_by: str | None, c: _Call) -> None:
         raise _Refused("approval_expired", f"the approval expired at {approval.expires_at}")
     if used_by is not None:
         raise _Refused("approval_used", f"the approval was used by invocation {used_by}")
+
+
+_EFFECTS = frozenset({"allow", "deny", "require_approval"})
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str) and portable_problem(value) is None
+
+
+def _checked_verdict(verdict: object) -> PolicyVerdict:
+    """``verdict`` if it is a well-formed :class:`PolicyVerdict`; else TypeError or ValueError."""
+    if not isinstance(verdict, PolicyVerdict):
+        raise TypeError(f"the policy returned a {type(verdict).__name__}, not a PolicyVerdict")
+    if not isinstance(verdict.effect, str) or verdict.effect not in _EFFECTS:
+        raise ValueError(
+            f"the policy returned the unknown effect {verdict.effect!r} "
+            "(allow, deny or require_approval)"
+        )
+    if verdict.rule_id is not None and not (_text(verdict.rule_id) and verdict.rule_id):
+        raise ValueError("the policy returned a rule id that is not non-empty text")
+    if not isinstance(verdict.reasons, tuple | list) or not all(
+        _text(r) for r in verdict.reasons
+    ):
+        raise ValueError("the policy returned reasons that are not a list of text")
+    ttl = verdict.approval_ttl_seconds
+    if ttl is not None and (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not math.isfinite(ttl)
+        or not 0 < ttl <= _MAX_TTL
+    ):
+        raise ValueError(f"the policy returned an approval deadline of {ttl!r} seconds")
+    return verdict
 
 
 def _stale(claim: Claim) -> bool:

@@ -61,15 +61,17 @@ Verification
 in this order, that its fields have the right types (``malformed``), that its ``seq`` is
 the next number (``seq_gap``), that its ``entryHash`` is the digest of its content
 (``hash_mismatch``), that its ``prevHash`` is the previous entry's hash (``chain_broken``)
-and that its kind is known (``unknown_kind``). The first such problem ends the walk: the
-entries after it cannot be trusted. Along the way it compares the ledger with each
-checkpoint: a checkpoint whose entry has another hash (``checkpoint_mismatch``) means the
-history up to that entry was rewritten; when the walk reaches the end, a checkpoint naming
-an entry after the last one (``truncated``) means entries were removed from the end. When
-trusted public keys are given, every checkpoint's signature is checked first
-(``unknown_key``, ``bad_signature``), and a checkpoint that fails is not used for the
-comparison. Without a checkpoint, a removed tail and a rewrite that recomputed every later
-hash cannot be told from an honest ledger.
+and that its kind is known (``unknown_kind``). A problem does not end the walk: it is
+reported, and the walk goes on from the entry as stored (the next entry is expected to
+follow its ``seq`` and to link to its stored ``entryHash``), so that every bad entry is
+reported once and a bad entry never hides the state of the entries after it. Along the
+way it compares the ledger with each checkpoint: a checkpoint whose entry has another hash
+(``checkpoint_mismatch``) means the history up to that entry was rewritten; when the walk
+reaches the end, a checkpoint naming an entry after the last one (``truncated``) means
+entries were removed from the end. When trusted public keys are given, every checkpoint's
+signature is checked first (``unknown_key``, ``bad_signature``), and a checkpoint that
+fails is not used for the comparison. Without a checkpoint, a removed tail and a rewrite
+that recomputed every later hash cannot be told from an honest ledger.
 
 Problems are listed earliest first. A problem's ``seq`` is the position at which the
 ledger went wrong: the seq the entry there should have (for a missing entry, the missing
@@ -451,9 +453,10 @@ class VerifyReport:
     """What :func:`verify_chain` found.
 
     ``entries`` counts the entries that verified; ``head_seq`` and ``head_hash`` are the
-    last of them (0 and the genesis hash when none did). ``checkpoints_checked`` counts the
-    checkpoints compared with the ledger. ``signatures_verified`` is False when no trusted
-    key was given, in which case checkpoint signatures were not checked at all.
+    last entry read, as stored (0 and the genesis hash for an empty ledger).
+    ``checkpoints_checked`` counts the checkpoints compared with the ledger.
+    ``signatures_verified`` is False when no trusted key was given, in which case
+    checkpoint signatures were not checked at all.
     """
 
     ok: bool
@@ -491,20 +494,25 @@ def _field_types(entry: LedgerEntry, expected: int) -> str:
     return f"entry {expected}: {'; '.join(bad)}"
 
 
+def _well_typed(entry: object) -> bool:
+    return (
+        isinstance(entry, LedgerEntry)
+        and type(entry.seq) is int
+        and isinstance(entry.kind, str)
+        and isinstance(entry.at, str)
+        and isinstance(entry.body, dict)
+        and isinstance(entry.prev_hash, str)
+        and isinstance(entry.entry_hash, str)
+    )
+
+
 def _entry_problem(entry: object, expected: int, prev: str) -> LedgerProblem | None:
     """The first thing wrong with ``entry`` at position ``expected`` after hash ``prev``."""
     if not isinstance(entry, LedgerEntry):
         return LedgerProblem(
             expected, "malformed", f"entry {expected}: got a {type(entry).__name__}, not an entry"
         )
-    if not (
-        type(entry.seq) is int
-        and isinstance(entry.kind, str)
-        and isinstance(entry.at, str)
-        and isinstance(entry.body, dict)
-        and isinstance(entry.prev_hash, str)
-        and isinstance(entry.entry_hash, str)
-    ):
+    if not _well_typed(entry):
         return LedgerProblem(expected, "malformed", _field_types(entry, expected))
     if entry.seq != expected:
         after = f" after entry {expected - 1}" if expected > 1 else " first"
@@ -615,14 +623,25 @@ def verify_chain(
         else:
             pending.setdefault(cp.seq, []).append(cp)
 
-    expected, prev, checked, complete = 1, GENESIS_HASH, 0, True
+    expected, prev, checked, good, last = 1, GENESIS_HASH, 0, 0, 0
     for entry in entries:
         problem = _entry_problem(entry, expected, prev)
         if problem is not None:
             found.append((0, problem))
-            complete = False
-            break
-        prev = entry.entry_hash
+            if not _well_typed(entry):
+                expected += 1
+                continue
+            if problem.code == "seq_gap":
+                if entry.seq < expected:  # a duplicate or an entry out of order: skip it
+                    continue
+                # entries are missing: said once; this entry is then checked as what it is
+                expected = entry.seq
+                later = _entry_problem(entry, expected, entry.prev_hash)
+                if later is not None:
+                    found.append((0, later))
+        else:
+            good += 1
+        prev, last = entry.entry_hash, expected
         for cp in pending.pop(expected, ()):
             checked += 1
             if cp.entry_hash != prev:
@@ -633,24 +652,24 @@ def verify_chain(
                 )
                 found.append((1, LedgerProblem(expected, "checkpoint_mismatch", text)))
         expected += 1
-    head = expected - 1
+    head = last
 
-    if complete:
-        for seq in sorted(pending):
-            for cp in pending[seq]:
-                checked += 1
-                ends = f"ends at entry {head}; entries after it" if head else "is empty; entries"
-                text = (
-                    f"the checkpoint signed at {cp.at} names entry {seq}, but the ledger "
-                    f"{ends} were removed"
-                )
-                found.append((2, LedgerProblem(None, "truncated", text)))
+    # every entry was read: a checkpoint beyond the last one names removed entries
+    for seq in sorted(pending):
+        for cp in pending[seq]:
+            checked += 1
+            ends = f"ends at entry {head}; entries after it" if head else "is empty; entries"
+            text = (
+                f"the checkpoint signed at {cp.at} names entry {seq}, but the ledger "
+                f"{ends} were removed"
+            )
+            found.append((2, LedgerProblem(None, "truncated", text)))
 
     found.sort(key=lambda rp: (rp[1].seq is None, rp[1].seq or 0, rp[0]))
     problems = tuple(p for _, p in found)
     return VerifyReport(
         ok=not problems,
-        entries=head,
+        entries=good,
         head_seq=head,
         head_hash=prev,
         checkpoints_checked=checked,

@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_MAX_CHARS",
     "MIN_MAX_CHARS",
     "fence",
+    "fix_surrogates",
     "sanitize",
     "sanitize_result",
     "unfence",
@@ -195,7 +196,11 @@ def _unicode_is_clean(text: str) -> bool:
     return _patterns().suspect.search(text) is None
 
 
-def _fix_surrogates(text: str) -> str:
+def fix_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a surrogate pair is joined
+    into the character it encodes): text that UTF-8 can encode."""
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -206,7 +211,7 @@ def _fix_surrogates(text: str) -> str:
 
 def _clean_unicode(text: str) -> str:
     p = _patterns()
-    text = _fix_surrogates(text)  # nothing later can create a surrogate
+    text = fix_surrogates(text)  # nothing later can create a surrogate
     text = p.before_escapes.sub("", text)  # may join the halves of an escape sequence ...
     text = p.escapes.sub("", text)  # ... which is then removed; every ESC and C1 introducer goes
     text = p.leftover_controls.sub("", text)  # BEL and C1 controls the escape pass left over

@@ -9,13 +9,12 @@ tests; the SQLite store keeps the same records in the run database.
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from oarlock.errors import ConflictError, NotFound
-from oarlock.formats._jcs import canonicalize, digest_bytes
+from oarlock.formats._jcs import canonicalize, digest_bytes, loads_jcs
 from oarlock.governance._ledger import (
     GENESIS_HASH,
     Checkpoint,
@@ -300,7 +299,7 @@ class MemoryGovernanceStore:
     async def ledger(self) -> list[LedgerEntry]:
         with self._lock:
             entries = list(self._entries)
-        return [LedgerEntry(q, k, a, json.loads(b), p, h) for q, k, a, b, p, h in entries]
+        return [LedgerEntry(q, k, a, loads_jcs(b), p, h) for q, k, a, b, p, h in entries]
 
     async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._lock:

@@ -24,8 +24,8 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from oarlock.errors import ConflictError, IntegrityError, NotFound
-from oarlock.formats._jcs import canonicalize
+from oarlock.errors import CanonicalizationError, ConflictError, IntegrityError, NotFound
+from oarlock.formats._jcs import canonicalize, loads_jcs
 from oarlock.governance._ledger import (
     GENESIS_HASH,
     Checkpoint,
@@ -51,8 +51,8 @@ def _q(name: str) -> str:
 
 def _body(text: Any, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
+        value = loads_jcs(text)
+    except (TypeError, ValueError, CanonicalizationError):
         raise IntegrityError(f"stored {what} is not JSON", code="record_corrupt") from None
     if not isinstance(value, dict):
         raise IntegrityError(f"stored {what} is not a JSON object", code="record_corrupt")
@@ -327,8 +327,8 @@ class SQLiteGovernanceStore:
         entries = []
         for row in self._read("ledger_all", {}):
             try:
-                body = json.loads(row["body"])
-            except (TypeError, ValueError):
+                body = loads_jcs(row["body"])
+            except (TypeError, ValueError, CanonicalizationError):
                 body = {"unreadable": str(row["body"])}
             entries.append(
                 LedgerEntry(

@@ -14,6 +14,7 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from oarlock.errors import ConfigError, ToolError
+from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import SideEffectClass
 from oarlock.formats._rules import SIDE_EFFECT_CLASSES
 
@@ -151,7 +152,16 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(self.fn)
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The arguments as the tool will receive them; raises ToolArgumentsError."""
+        """The arguments as the tool will receive them; raises ToolArgumentsError (code
+        ``arguments_not_canonical`` for arguments that cannot be hashed exactly: a number
+        of magnitude 2**53 or more, NaN, a lone surrogate; nothing is run or recorded
+        for them)."""
+        problem = portable_problem(arguments)
+        if problem is not None:
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self.name!r}: {problem}",
+                code="arguments_not_canonical",
+            )
         try:
             parsed = self.arguments_model.model_validate(arguments)
         except ValidationError as exc:
