@@ -83,3 +83,22 @@ def echo_agent(name: str, calls: int, *, pay_last: bool = False) -> Agent:
         turns.append({"tool_calls": [{"name": "pay", "arguments": {"amount": 5}}]})
     turns.append({"text": "done"})
     return Agent(name, ScriptedModel(turns), tools=[echo, pay], limits=Limits(max_turns=calls + 10))
+
+
+def write_approver(folder: Any, principal: str = "user:test") -> Any:
+    """An approver's key in ``folder`` (``approver.key``, mode 0600, and ``.pub``) and an
+    ``approvers.yaml`` beside it that trusts it for ``principal``; the key's path."""
+    from pathlib import Path
+
+    from oarlock.governance._ledger import generate_key, public_key_pem, save_private_key
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = generate_key()
+    path = folder / "approver.key"
+    save_private_key(key, path)
+    (folder / "approver.key.pub").write_text(public_key_pem(key), "utf-8")
+    (folder / "approvers.yaml").write_text(
+        f"approvers:\n  - principal: {principal}\n    key: approver.key.pub\n", "utf-8"
+    )
+    return path

@@ -33,6 +33,13 @@ class Cli:
         self.xdg.mkdir()
         self.env = {k: v for k, v in os.environ.items() if k != "OARLOCK_DB"}
         self.env["XDG_DATA_HOME"] = str(self.xdg)  # a default database would land here
+        self.env["XDG_CONFIG_HOME"] = str(tmp / "config")  # and an approver's key here
+        for name in ("OARLOCK_APPROVER_KEY", "OARLOCK_APPROVERS", "OARLOCK_PRINCIPAL"):
+            self.env.pop(name, None)
+
+    def make_key(self, principal: str = "user:ana") -> str:
+        """``oarlock keys create``: the user's approver key, trusted for ``principal``."""
+        return self.ok("keys", "create", "--as", principal)
 
     def __call__(
         self, *args: str, stdin: str | None = None, db: bool = True
@@ -242,7 +249,24 @@ def test_a_decision_on_an_unknown_call_fails(shared: tuple[Cli, str]) -> None:
     assert CALL in out.stderr
 
 
+def test_approving_for_another_process_needs_a_key(cli: Cli, waiting: str) -> None:
+    before = cli.snapshot(waiting)
+    out = cli("approve", waiting, CALL, "--no-resume")
+    assert out.returncode == 1
+    assert "oarlock keys create" in out.stderr and "Traceback" not in out.stderr
+    assert cli.snapshot(waiting) == before  # nothing was recorded
+    created = cli.make_key()
+    assert "approver key ed25519:" in created and "trusted in" in created
+    assert (cli.xdg.parent / "config" / "oarlock" / "approver.key").stat().st_mode & 0o777 == 0o600
+    cli.ok("approve", waiting, CALL, "--no-resume")
+    approvals = [body for _, kind, body in cli.snapshot(waiting)[2] if kind == "approval"]
+    assert [a["principal"] for a in approvals] == ["user:ana"]  # the key's principal
+    assert approvals[0]["keyId"].startswith("ed25519:") and approvals[0]["signature"]
+    assert "completed" in cli.ok("resume", waiting)  # another process honours it
+
+
 def test_a_second_decision_on_the_same_call_is_refused(cli: Cli, waiting: str) -> None:
+    cli.make_key()
     cli.ok("approve", waiting, CALL, "--no-resume")
     before = cli.snapshot(waiting)
     out = cli("deny", waiting, CALL, "--reason", "changed my mind")

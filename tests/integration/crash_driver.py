@@ -12,7 +12,8 @@ approves that call and continues the run. MODE is one of:
 * ``decision``: SIGKILL right after the approval of APPROVE_CALL_ID is committed.
 
 A tool that kills the process when ``CRASH_IN_TOOL`` names it lives in the tools module
-the test writes; this driver only passes the environment on.
+the test writes; this driver only passes the environment on. Approvals are signed with the
+key ``OARLOCK_APPROVER_KEY`` names (as ``user:test``), so that another process honours them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from oarlock.engine._agentfile import load_agent
 from oarlock.engine._runner import Runner
+from oarlock.governance._approvers import ApproverKey
 from oarlock.models._base import ModelRequest, ModelResponse
 from oarlock.store._sqlite import SQLiteStore
 
@@ -70,7 +72,9 @@ async def main(
             die()
 
     store = SQLiteStore(db)
-    runner = Runner(agent, store, on_commit=on_commit)
+    key = os.environ.get("OARLOCK_APPROVER_KEY")
+    approver = ApproverKey.load(key, "user:test") if key else None
+    runner = Runner(agent, store, on_commit=on_commit, approver=approver)
     doc = await runner.start(text, run_id=run_id, agent_ref=agent_ref)
     if approve:
         assert doc.status == "waiting_approval", doc.status

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import oarlock
-from helpers import unfenced_document
+from helpers import unfenced_document, write_approver
 from oarlock.formats import dump
 from oarlock.governance._records import StoredReceipt
 from oarlock.store import SQLiteStore
@@ -132,16 +132,20 @@ tools:
   - path: crash_tools:charge_back
     needs_approval: true
 limits: {max_turns: 6}
+approvers: approvers.yaml
 """
 
 
 # --- helpers ---------------------------------------------------------------------------
+
+APPROVER_KEY: list[Path] = []
 
 
 def write_agent(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "crash_tools.py").write_text(textwrap.dedent(TOOLS), "utf-8")
     (folder / "crash.script.yaml").write_text(SCRIPT, "utf-8")
+    APPROVER_KEY.append(write_approver(folder))
     agent = folder / "crash.yaml"
     agent.write_text(AGENT, "utf-8")
     return agent
@@ -157,6 +161,8 @@ def env(db: Path | None = None, **extra: str) -> dict[str, str]:
     }
     if db is not None:
         out["CRASH_CALL_LOG"] = str(call_log(db))
+    if APPROVER_KEY:  # approvals are signed with the key write_agent made
+        out["OARLOCK_APPROVER_KEY"] = str(APPROVER_KEY[-1])
     return {**out, **extra}
 
 

@@ -20,6 +20,7 @@ from oarlock.governance import (
     unfence,
     verify_chain,
 )
+from oarlock.governance._approvers import process_approver
 from oarlock.governance._executor import NO_APPROVAL
 from oarlock.governance._records import Approval
 from oarlock.governance._store import ClaimHeld, GovernanceStore
@@ -230,7 +231,9 @@ async def test_a_deny_rule_names_its_rule(env) -> None:
 async def human_approval(
     ex: GovernedExecutor, tools: dict[str, Any], args: dict[str, Any], **changes: Any
 ) -> Approval:
-    return await ex.record_approval(tools["charge"], "c1", args, CTX, principal="ana", **changes)
+    return await ex.record_approval(
+        tools["charge"], "c1", args, CTX, signer=process_approver("ana"), **changes
+    )
 
 
 async def test_a_human_approval_covers_exactly_its_arguments(env) -> None:

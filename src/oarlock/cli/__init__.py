@@ -124,6 +124,12 @@ def _add_run_commands(sub: Any) -> None:
         if name == "approve":
             p.add_argument("--edit", metavar="JSON", help="run with these arguments instead")
             p.add_argument(
+                "--key",
+                metavar="PEM",
+                help="sign the approval with this key (default: $OARLOCK_APPROVER_KEY, else "
+                "~/.config/oarlock/approver.key if it exists; see oarlock keys create)",
+            )
+            p.add_argument(
                 "--expires-in",
                 type=float,
                 metavar="SECONDS",
@@ -133,8 +139,8 @@ def _add_run_commands(sub: Any) -> None:
             "--as",
             dest="principal",
             metavar="NAME",
-            default=os.environ.get("OARLOCK_PRINCIPAL") or _user(),
-            help="who decides (default: $OARLOCK_PRINCIPAL, else the login name)",
+            help="who decides (default: the principal the key is trusted for, else "
+            "$OARLOCK_PRINCIPAL, else user: and the login name)",
         )
         p.add_argument("--reason", metavar="TEXT", required=name == "deny")
         p.add_argument(
@@ -157,6 +163,7 @@ def _add_run_commands(sub: Any) -> None:
         _run_action(p, name)
 
     _add_governance_commands(sub)
+    _add_key_commands(sub)
 
     p = sub.add_parser("demo", help="run the refund desk demo, offline")
     p.add_argument("--yes", action="store_true", help="approve the refund without asking")
@@ -242,6 +249,26 @@ def _add_governance_commands(sub: Any) -> None:
     p = asub.add_parser("keygen", help="make an Ed25519 key for checkpoints")
     p.add_argument("path", metavar="PATH", help="where to write the private key (mode 0600)")
     _gov_action(p, "keygen")
+
+
+def _add_key_commands(sub: Any) -> None:
+    keys = sub.add_parser("keys", help="approvers' signing keys and the keys trusted")
+    ksub = keys.add_subparsers(dest="keys_command", metavar="COMMAND", required=True)
+    p = ksub.add_parser(
+        "create",
+        help="make an approver's Ed25519 signing key and trust it",
+        description="Write a new signing key (mode 0600) and its public key (.pub), and "
+        "trust it for one principal in the approvers file.",
+    )
+    p.add_argument("path", nargs="?", metavar="PATH", help="the key file to write")
+    p.add_argument("--as", dest="principal", metavar="NAME", help="the principal it signs as")
+    p.add_argument("--approvers", metavar="FILE", help="the approvers file to add it to")
+    p.add_argument("--no-trust", action="store_true", help="do not add it to an approvers file")
+    p.set_defaults(handler="oarlock.cli._keys:dispatch", action="create")
+    p = ksub.add_parser("list", help="the keys an approvers file trusts")
+    p.add_argument("--approvers", metavar="FILE", help="the approvers file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler="oarlock.cli._keys:dispatch", action="list")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

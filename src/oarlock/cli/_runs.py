@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the engine and the models load only for commands that run a
     from oarlock.engine._agent import Agent
     from oarlock.engine._runner import Runner
     from oarlock.formats._models import RunDocument
+    from oarlock.governance._approvers import ApproverKey
     from oarlock.store._base import Event, RunStore
 
 __all__ = ["Command", "ReadCommand", "dispatch", "read_command", "refused", "run_command"]
@@ -66,11 +67,53 @@ def _stream(text: str) -> None:
     sys.stderr.flush()
 
 
-def _runner(agent: Agent, store: RunStore) -> Runner:
+def _runner(agent: Agent, store: RunStore, approver: ApproverKey | None = None) -> Runner:
     from oarlock.engine._runner import Runner
 
+    _trusting(agent)
     on_text = _stream if sys.stderr.isatty() else None
-    return Runner(agent, store, on_commit=_progress, watch_interval=0.25, on_text=on_text)
+    return Runner(
+        agent,
+        store,
+        on_commit=_progress,
+        watch_interval=0.25,
+        on_text=on_text,
+        approver=approver,
+    )
+
+
+def _trusting(agent: Agent) -> None:
+    """An agent file that names no approvers trusts the user's approvers file, if any."""
+    from oarlock.governance._approvers import user_approvers
+
+    if agent.approvers is None:
+        agent.approvers = user_approvers()
+
+
+def _approver(args: argparse.Namespace, agent: Agent) -> ApproverKey | None:
+    """The key an approval is signed with: ``--key``, ``$OARLOCK_APPROVER_KEY`` or the
+    default key file; None (signed by this process, acted on by it alone) when there is
+    none, which ``--no-resume`` refuses: another process would act on the approval."""
+    import os
+
+    from oarlock.cli._keys import principal_default
+    from oarlock.governance._approvers import ApproverKey, default_key_path
+
+    path = Path(args.key).expanduser() if args.key else default_key_path()
+    if not (args.key or "OARLOCK_APPROVER_KEY" in os.environ or path.exists()):
+        if args.no_resume:
+            raise OarlockError(
+                "an approval that another process will act on (--no-resume) must be signed "
+                "with a trusted key; create one with: oarlock keys create",
+                code="approval_unauthenticated",
+            )
+        return None
+    key = ApproverKey.load(path, "")
+    _trusting(agent)
+    trusted = {k.key_id: k for k in agent.approvers.entries()} if agent.approvers else {}
+    named = trusted[key.key_id].principals if key.key_id in trusted else ()
+    only = named[0] if len(named) == 1 and not any(c in named[0] for c in "*?[") else None
+    return ApproverKey(args.principal or only or principal_default(), key.private_key)
 
 
 async def _with_store(args: argparse.Namespace, work: Callable[[RunStore], Awaitable[T]]) -> T:
@@ -172,8 +215,9 @@ async def _export(args: argparse.Namespace, store: RunStore) -> int:
 
 async def _decide(args: argparse.Namespace, store: RunStore) -> int:
     agent = await _agent_of(store, args.run_id)
+    approver = _approver(args, agent) if args.decision == "approved" else None
     async with agent.connected():
-        return await _decide_with(args, _runner(agent, store))
+        return await _decide_with(args, _runner(agent, store, approver))
 
 
 async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
@@ -192,7 +236,7 @@ async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
         reason=args.reason,
         edited_arguments=edited,
         response=getattr(args, "text", None),
-        principal=args.principal,
+        principal=args.principal,  # else the approver key's, else "human"
         expires_in=getattr(args, "expires_in", None),
     )
     print(f"{args.call_id}: {args.decision}")

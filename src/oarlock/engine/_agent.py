@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import ConfigError
+from oarlock.governance._approvers import TrustedApprovers
 from oarlock.governance._policy import PolicyEngine
 from oarlock.models._base import ModelAdapter
 from oarlock.models._pricing import Price, PricingTable
@@ -43,7 +44,9 @@ class Agent:
     (then a cost limit is refused here, and costs are marked unknown, never zero).
 
     The tenant, project, environment, principal and labels make the execution scope of
-    every tool call; ``policy`` governs the calls (the default policy when None)."""
+    every tool call; ``policy`` governs the calls (the default policy when None).
+    ``approvers`` are the keys whose signed approvals its calls accept; when None, only
+    approvals signed in the same process (see :mod:`oarlock.governance._approvers`)."""
 
     def __init__(
         self,
@@ -61,6 +64,7 @@ class Agent:
         labels: Mapping[str, str] | None = None,
         policy: PolicyEngine | None = None,
         mcp_servers: Sequence[MCPServerConfig] = (),
+        approvers: TrustedApprovers | None = None,
     ) -> None:
         if not name:
             raise ConfigError("an agent needs a name")
@@ -70,7 +74,7 @@ class Agent:
         self.pricing = PricingTable(prices)
         if not tenant:
             raise ConfigError("an agent's tenant must not be empty")
-        self.tenant, self.policy = tenant, policy
+        self.tenant, self.policy, self.approvers = tenant, policy, approvers
         self.mcp_servers = tuple(mcp_servers)
         scope: dict[str, Any] = {"tenantId": tenant}
         for key, value in (

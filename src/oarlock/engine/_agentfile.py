@@ -21,6 +21,7 @@ tools:
 mcp_servers:                               # MCP tools, named server.tool (see oarlock.tools)
   files: {command: [python, files_server.py], side_effects: {delete: production}}
 limits: {max_turns: 10, max_cost_usd: 0.50, max_input_tokens: 100000, max_output_tokens: 20000}
+approvers: approvers.yaml                  # the keys whose signed approvals are accepted
 pricing:
   "openai:my-finetune": {input_per_million: 3.0, output_per_million: 12.0}
 ```
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from oarlock.engine._agent import Agent, Limits
 from oarlock.errors import ConfigError
+from oarlock.governance._approvers import TrustedApprovers
 from oarlock.governance._policy import PolicyEngine, RulePolicy
 from oarlock.models._pricing import PricingTable
 from oarlock.models._registry import load_model
@@ -59,6 +61,7 @@ _TOP = {
     "limits",
     "pricing",
     "description",
+    "approvers",
 }
 _TOOL = {
     "path",
@@ -156,6 +159,15 @@ def load_policy(spec: Any, base: Path) -> PolicyEngine | None:
     return RulePolicy.from_file(_relative(spec, base))
 
 
+def _approvers(spec: Any, base: Path) -> TrustedApprovers | None:
+    """The agent file's ``approvers``: an approvers file (relative to the agent file)."""
+    if spec is None:
+        return None
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError("'approvers' must be the path of an approvers file")
+    return TrustedApprovers.from_file(_relative(spec, base))
+
+
 def _relative(path: str, base: Path) -> Path:
     p = Path(path)
     return p if p.is_absolute() else base / p
@@ -207,6 +219,7 @@ def load_agent(path: str | Path) -> Agent:
             policy=load_policy(spec.get("policy"), file.parent),
             mcp_servers=_mcp_servers(spec.get("mcp_servers"), file.parent),
             prices=PricingTable.parse(spec.get("pricing") or {}),
+            approvers=_approvers(spec.get("approvers"), file.parent),
         )
     except ConfigError as exc:
         raise ConfigError(f"{file.name}: {exc}", code=exc.code) from None

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import ToolCallPart, ToolResultPart
+from oarlock.governance._approvers import ApproverKey
 from oarlock.governance._executor import CallContext, Review
 from oarlock.governance._sanitize import sanitize
 from oarlock.tools._tool import Tool, ToolArgumentsError, Toolset
@@ -38,11 +39,12 @@ class Executor(Protocol):
         arguments: dict[str, Any],
         ctx: CallContext,
         *,
-        principal: str,
+        signer: ApproverKey,
         expires_at: str | None = None,
     ) -> object:
-        """Keep a human's approval of exactly these arguments, where the executor will
-        look for it; refuses a second approval of one call (ConflictError)."""
+        """Keep a human's approval of exactly these arguments, signed by ``signer``, where
+        the executor will look for it; refuses a second approval of one call
+        (ConflictError) and a signer it does not trust (DecisionRefused)."""
         ...
 
 

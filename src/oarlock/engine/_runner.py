@@ -32,6 +32,7 @@ from oarlock.errors import (
 )
 from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
+from oarlock.governance._approvers import ApproverKey, process_approver
 from oarlock.governance._executor import GovernedExecutor
 from oarlock.governance._sanitize import sanitize
 from oarlock.models._base import ModelRequest, ModelResponse, TextSink
@@ -74,7 +75,10 @@ class Runner:
     waiting model request or tool call look for a cancellation written by another
     process, and stop the work when it finds one. ``replay_of`` names the run a replay
     repeats: its side-effecting calls are keyed to that run, so they are never made again.
-    ``on_text`` receives the model's text as it streams in."""
+    ``on_text`` receives the model's text as it streams in. ``approver`` signs the
+    approvals :meth:`decide` records; without one, they are signed with this process's own
+    key, which only an agent without configured approvers trusts (so that a decision made
+    and acted on in one process needs no set-up)."""
 
     def __init__(
         self,
@@ -88,10 +92,14 @@ class Runner:
         watch_interval: float | None = None,
         replay_of: str | None = None,
         on_text: TextSink | None = None,
+        approver: ApproverKey | None = None,
     ) -> None:
-        self.agent, self.store = agent, store
+        self.agent, self.store, self.approver = agent, store, approver
         self.executor: Executor = executor or GovernedExecutor(
-            store.governance(), policy=agent.policy, clock=clock
+            store.governance(),
+            policy=agent.policy,
+            clock=clock,
+            approvers=agent.approvers,
         )
         self.retry = retry or RetryPolicy()
         self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
@@ -156,14 +164,16 @@ class Runner:
         edited_arguments: dict[str, Any] | None = None,
         response: str | None = None,
         by: Literal["human", "policy"] = "human",
-        principal: str = "human",
+        principal: str | None = None,
         expires_in: float | None = None,
     ) -> RunDocument:
         """Record one decision. Approvals past their deadline are denied first. An
         approval is kept by the executor (bound to the call's exact arguments, used at
         most once, optionally expiring ``expires_in`` seconds from now) before the run
-        records it. A racing writer makes this re-read and re-apply, so a second decision
-        on the same call is refused as already decided; nothing is lost."""
+        records it, signed by ``principal`` (default: the runner's approver, else
+        ``human``) with the runner's approver key. A racing writer makes this re-read and
+        re-apply, so a second decision on the same call is refused as already decided;
+        nothing is lost."""
         stored = await self.store.load(run_id)
         doc = stored.document
         now = self.clock()
@@ -220,7 +230,7 @@ class Runner:
         *,
         edited: dict[str, Any] | None,
         response: str | None,
-        principal: str,
+        principal: str | None,
         expires_in: float | None,
     ) -> None:
         """Check the approval as the run would (every refusal comes before anything is
@@ -243,12 +253,29 @@ class Runner:
         expires_at = None if expires_in is None else shift_rfc3339(now, expires_in)
         try:
             await self.executor.record_approval(
-                tool, call_id, arguments, self._ctx(doc), principal=principal, expires_at=expires_at
+                tool,
+                call_id,
+                arguments,
+                self._ctx(doc),
+                signer=self._signer(principal),
+                expires_at=expires_at,
             )
         except ConflictError:
             raise DecisionRefused(
                 f"call {call_id} was already decided", code="already_decided"
             ) from None
+
+    def _signer(self, principal: str | None) -> ApproverKey:
+        if self.approver is not None:
+            return ApproverKey(principal or self.approver.principal, self.approver.private_key)
+        if self.agent.approvers is not None:
+            raise DecisionRefused(
+                f"agent {self.agent.name!r} accepts approvals signed by its configured "
+                "approvers only; sign with one of their keys (oarlock approve --key, "
+                "Runner(approver=...))",
+                code="approval_unauthenticated",
+            )
+        return process_approver(principal or "human")
 
     def _check_decision(
         self,

@@ -42,6 +42,7 @@ from oarlock.errors import (
     CanonicalizationError,
     ConfigError,
     ConflictError,
+    DecisionRefused,
     NotFound,
     OarlockError,
     OutcomeUnknown,
@@ -50,6 +51,7 @@ from oarlock.formats._jcs import canonicalize, digest, digest_bytes, portable_pr
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
 from oarlock.formats._time import is_before, now_rfc3339, shift_rfc3339
+from oarlock.governance._approvers import ApproverKey, TrustedApprovers, in_process_approvers
 from oarlock.governance._owner import owner_alive, process_owner
 from oarlock.governance._policy import (
     DEFAULT_POLICY,
@@ -127,8 +129,10 @@ class GovernedExecutor:
         duplicate_wait: float = 10.0,
         lease_seconds: float = 300.0,
         max_result_chars: int = DEFAULT_MAX_CHARS,
+        approvers: TrustedApprovers | None = None,
     ) -> None:
         self.store, self.policy, self.clock = store, policy or DEFAULT_POLICY, clock
+        self.approvers = approvers if approvers is not None else in_process_approvers()
         for attr in ("policy_id", "version"):
             value = getattr(self.policy, attr, None)
             if not (_text(value) and value):
@@ -148,10 +152,19 @@ class GovernedExecutor:
         arguments: dict[str, Any],
         ctx: CallContext,
         *,
-        principal: str,
+        signer: ApproverKey,
         expires_at: str | None = None,
     ) -> Approval:
-        """Store a human's approval of exactly these arguments (after any edit)."""
+        """Store a human's approval of exactly these arguments (after any edit), signed by
+        ``signer``; refused (DecisionRefused, code ``approval_unauthenticated``) when this
+        executor does not trust the signer's key for its principal, since the approval
+        could then never be used."""
+        if not self.approvers.trusts(signer):
+            raise DecisionRefused(
+                f"key {signer.key_id} is not a trusted approver key for {signer.principal!r}; "
+                "sign with a key listed in the agent's approvers",
+                code="approval_unauthenticated",
+            )
         approval = Approval(
             approval_id=str(uuid.uuid4()),
             run_id=ctx.run_id,
@@ -160,10 +173,11 @@ class GovernedExecutor:
             arguments_hash=digest(json_arguments(arguments)),
             scope=dict(ctx.scope),
             decided_by="human",
-            principal=principal,
+            principal=signer.principal,
             decided_at=self.clock(),
             expires_at=expires_at,
         )
+        approval = signer.sign(approval)
         await self.store.record_approval(approval)
         return approval
 
@@ -324,8 +338,29 @@ class GovernedExecutor:
             raise _Refused(
                 "approval_required", f"tool {c.tool.name!r} needs an approval and has none"
             ) from None
+        self._authenticate(approval, verdict, c)
         _check_approval(approval, used_by, c)
         return approval.approval_id, None
+
+    def _authenticate(self, approval: Approval, verdict: PolicyVerdict, c: _Call) -> None:
+        """Refuse an approval that is only a row: a human's must carry a signature by a
+        trusted key; a policy's holds only while that very policy still allows the call."""
+        if approval.decided_by == "policy":
+            rule = verdict.rule_id or self.policy.policy_id
+            if (
+                verdict.effect != "allow"
+                or approval.policy_version != self.policy.version
+                or approval.principal != rule
+            ):
+                raise _Refused(
+                    "approval_unauthenticated",
+                    "the standing approval was not granted by the policy in force "
+                    f"({self.policy.policy_id} {self.policy.version})",
+                )
+            return
+        problem = self.approvers.problem(approval)
+        if problem is not None:
+            raise _Refused("approval_unauthenticated", problem)
 
     def _standing(self, c: _Call, verdict: PolicyVerdict) -> Approval:
         ttl = verdict.approval_ttl_seconds

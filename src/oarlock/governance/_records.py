@@ -4,9 +4,14 @@ Invocations and receipts are the published tool-invocation-v1 and tool-receipt-v
 (plain JSON objects, validated before they are stored). The records here are oarlock's
 own, each tagged with a versioned ``type`` so that a reader refuses one it does not know:
 
-* ``oarlock-approval/1``: an approval bound to one call of one run: the tool, the
+* ``oarlock-approval/2``: an approval bound to one call of one run: the tool, the
   arguments hash it covers (after any edit), the scope, who decided (a human principal or
-  a policy rule), when, and an optional expiry. Used at most once.
+  a policy rule), when, and an optional expiry. Used at most once. A human's approval is
+  signed: ``keyId`` names the approver's Ed25519 key and ``signature`` is its signature
+  over the JCS form of the record without ``signature`` (see
+  :mod:`oarlock.governance._approvers`); a policy's standing approval carries the
+  ``policyVersion`` (the policy's digest) it was granted under. ``oarlock-approval/1``
+  records (unsigned) are still read, and are refused where a signature is needed.
 * ``oarlock-reconciliation/1``: an operator's statement about an Uncertain receipt
   (``succeeded`` or ``not-applied``) with evidence. Appended; receipts are never edited.
 * :class:`Claim`: the idempotency claim on (tenant, tool, key), taken before a tool runs.
@@ -33,7 +38,8 @@ __all__ = [
     "step_uuid",
 ]
 
-APPROVAL_TYPE = "oarlock-approval/1"
+APPROVAL_TYPE = "oarlock-approval/2"
+_APPROVAL_TYPES = frozenset({"oarlock-approval/1", APPROVAL_TYPE})
 RECONCILIATION_TYPE = "oarlock-reconciliation/1"
 _NAMESPACE = uuid.UUID("6f0a7c3e-4d52-5a8e-9b1f-0a4c6e8d2b17")
 
@@ -74,6 +80,14 @@ class Approval:
     decided_at: str
     expires_at: str | None = None
     policy_version: str | None = None
+    key_id: str | None = None  # the approver's key, for a signed approval
+    signature: str | None = None  # base64 Ed25519 signature of signed_body()
+
+    def signed_body(self) -> dict[str, Any]:
+        """What the approver's signature covers: the record without ``signature``."""
+        data = self.to_json()
+        data.pop("signature", None)
+        return data
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -92,14 +106,19 @@ class Approval:
             data["expiresAt"] = self.expires_at
         if self.policy_version is not None:
             data["policyVersion"] = self.policy_version
+        if self.key_id is not None:
+            data["keyId"] = self.key_id
+        if self.signature is not None:
+            data["signature"] = self.signature
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Approval:
         what = "approval record"
-        if data.get("type") != APPROVAL_TYPE:
+        if data.get("type") not in _APPROVAL_TYPES:
+            known = " and ".join(sorted(_APPROVAL_TYPES))
             raise IntegrityError(
-                f"{what} has type {data.get('type')!r}; this oarlock reads {APPROVAL_TYPE}",
+                f"{what} has type {data.get('type')!r}; this oarlock reads {known}",
                 code="record_invalid",
             )
         decided_by = data.get("decidedBy")
@@ -118,6 +137,8 @@ class Approval:
             decided_at=_str(data, "decidedAt", what),
             expires_at=_str(data, "expiresAt", what, optional=True),
             policy_version=_str(data, "policyVersion", what, optional=True),
+            key_id=_str(data, "keyId", what, optional=True),
+            signature=_str(data, "signature", what, optional=True),
         )
 
 
