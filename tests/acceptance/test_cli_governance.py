@@ -128,6 +128,18 @@ def test_reconcile_appends_to_an_uncertain_receipt(cli: Cli) -> None:
     assert listed["reconciled"] == ["not-applied"]
     assert cli("audit", "verify").returncode == 0
 
+    # a contradicting second statement is refused; --supersede records one that says so
+    args = ("receipts", "reconcile", invocation_id, "--as", "succeeded", "--evidence", "bank")
+    refused = cli(*args)
+    assert refused.returncode == 1 and "already reconciled as not-applied" in refused.stderr
+    assert json.loads(cli.ok("receipts", "show", invocation_id, "--json")) == after
+    out = cli.ok(*args, "--supersede")
+    assert f"supersedes {note['reconciliationId']}" in out
+    final = json.loads(cli.ok("receipts", "show", invocation_id, "--json"))
+    assert [n["outcome"] for n in final["reconciliations"]] == ["not-applied", "succeeded"]
+    assert final["reconciliations"][1]["supersedes"] == note["reconciliationId"]
+    assert cli("audit", "verify").returncode == 0
+
 
 def test_audit_verify_checkpoint_and_tamper_detection(cli: Cli, tmp_path: Path) -> None:
     out = cli.ok("audit", "verify")

@@ -194,6 +194,35 @@ async def test_reconcile_appends_only_to_uncertain_receipts(store) -> None:
     assert (await store.load(unsure["invocationId"]))[1] == receipt_for(unsure, "Uncertain")
 
 
+async def test_a_second_reconciliation_must_supersede_the_latest(store) -> None:
+    unsure = invocation("u")
+    await store.begin(unsure, claim_for(unsure), approval_id=None, grant=None, at=NOW)
+    await store.finish(receipt_for(unsure, "Uncertain"), result=None, at=NOW)
+    key = unsure["invocationId"]
+
+    def note(outcome: Any, supersedes: str | None = None) -> Reconciliation:
+        return Reconciliation(str(uuid.uuid4()), key, outcome, "bank", "ana", NOW, supersedes)
+
+    with pytest.raises(ConflictError) as err:
+        await store.reconcile(note("succeeded", supersedes=str(uuid.uuid4())))
+    assert err.value.code == "nothing_to_supersede"
+    first = note("succeeded")
+    await store.reconcile(first)
+    entries = len(await store.ledger())
+    for contradicting in (note("not-applied"), note("succeeded")):
+        with pytest.raises(ConflictError) as err:
+            await store.reconcile(contradicting)
+        assert err.value.code == "already_reconciled"
+    with pytest.raises(ConflictError) as err:
+        await store.reconcile(note("not-applied", supersedes=str(uuid.uuid4())))
+    assert err.value.code == "not_latest"
+    assert len(await store.ledger()) == entries  # refusals write nothing
+    second = note("not-applied", supersedes=first.reconciliation_id)
+    await store.reconcile(second)
+    assert await store.reconciliations(key) == [first, second]
+    assert (await store.ledger())[-1].body["supersedes"] == first.reconciliation_id
+
+
 async def test_receipts_are_listed_newest_first_and_filtered(store) -> None:
     invs = [invocation(f"k{i}") for i in range(3)]
     for inv, status in zip(invs, ("Succeeded", "Failed", "Succeeded"), strict=True):

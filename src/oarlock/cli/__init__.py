@@ -211,6 +211,11 @@ def _add_governance_commands(sub: Any) -> None:
     p.add_argument("--as", dest="outcome", required=True, choices=["succeeded", "not-applied"])
     p.add_argument("--evidence", required=True, metavar="TEXT")
     p.add_argument(
+        "--supersede",
+        action="store_true",
+        help="replace the invocation's latest reconciliation (recorded as superseding it)",
+    )
+    p.add_argument(
         "--by",
         dest="principal",
         metavar="NAME",

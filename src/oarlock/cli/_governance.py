@@ -145,6 +145,15 @@ async def _show(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _reconcile(args: argparse.Namespace, store: RunStore) -> int:
+    supersedes = None
+    if args.supersede:
+        earlier = await store.governance().reconciliations(args.invocation_id)
+        if not earlier:
+            raise OarlockError(
+                f"invocation {args.invocation_id} has no reconciliation to supersede",
+                code="nothing_to_supersede",
+            )
+        supersedes = earlier[-1].reconciliation_id
     record = Reconciliation(
         reconciliation_id=str(uuid.uuid4()),
         invocation_id=args.invocation_id,
@@ -152,9 +161,11 @@ async def _reconcile(args: argparse.Namespace, store: RunStore) -> int:
         evidence=args.evidence,
         by=args.principal,
         at=now_rfc3339(),
+        supersedes=supersedes,
     )
     await store.governance().reconcile(record)
-    print(f"invocation {args.invocation_id}: reconciled as {args.outcome}")
+    note = f" (supersedes {supersedes})" if supersedes else ""
+    print(f"invocation {args.invocation_id}: reconciled as {args.outcome}{note}")
     return EXIT_OK
 
 

@@ -12,8 +12,11 @@ own, each tagged with a versioned ``type`` so that a reader refuses one it does 
   :mod:`oarlock.governance._approvers`); a policy's standing approval carries the
   ``policyVersion`` (the policy's digest) it was granted under. ``oarlock-approval/1``
   records (unsigned) are still read, and are refused where a signature is needed.
-* ``oarlock-reconciliation/1``: an operator's statement about an Uncertain receipt
+* ``oarlock-reconciliation/2``: an operator's statement about an Uncertain receipt
   (``succeeded`` or ``not-applied``) with evidence. Appended; receipts are never edited.
+  One that changes an earlier statement names it in ``supersedes`` (an invocation's
+  statements form one line: each after the first supersedes the one before). Records of
+  ``oarlock-reconciliation/1`` (without ``supersedes``) are still read.
 * :class:`Claim`: the idempotency claim on (tenant, tool, key), taken before a tool runs.
 """
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from oarlock.errors import IntegrityError
+from oarlock.errors import ConflictError, IntegrityError
 
 __all__ = [
     "APPROVAL_TYPE",
@@ -34,13 +37,15 @@ __all__ = [
     "Claim",
     "Reconciliation",
     "StoredReceipt",
+    "check_supersedes",
     "run_uuid",
     "step_uuid",
 ]
 
 APPROVAL_TYPE = "oarlock-approval/2"
 _APPROVAL_TYPES = frozenset({"oarlock-approval/1", APPROVAL_TYPE})
-RECONCILIATION_TYPE = "oarlock-reconciliation/1"
+RECONCILIATION_TYPE = "oarlock-reconciliation/2"
+_RECONCILIATION_TYPES = frozenset({"oarlock-reconciliation/1", RECONCILIATION_TYPE})
 _NAMESPACE = uuid.UUID("6f0a7c3e-4d52-5a8e-9b1f-0a4c6e8d2b17")
 
 
@@ -150,9 +155,10 @@ class Reconciliation:
     evidence: str
     by: str
     at: str
+    supersedes: str | None = None  # the reconciliation this one replaces
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "type": RECONCILIATION_TYPE,
             "reconciliationId": self.reconciliation_id,
             "invocationId": self.invocation_id,
@@ -161,12 +167,18 @@ class Reconciliation:
             "by": self.by,
             "at": self.at,
         }
+        if self.supersedes is not None:
+            data["supersedes"] = self.supersedes
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Reconciliation:
         what = "reconciliation record"
         outcome = data.get("outcome")
-        if data.get("type") != RECONCILIATION_TYPE or outcome not in ("succeeded", "not-applied"):
+        if data.get("type") not in _RECONCILIATION_TYPES or outcome not in (
+            "succeeded",
+            "not-applied",
+        ):
             raise IntegrityError(f"{what} has an unknown type or outcome", code="record_invalid")
         return cls(
             reconciliation_id=_str(data, "reconciliationId", what),
@@ -175,6 +187,33 @@ class Reconciliation:
             evidence=_str(data, "evidence", what),
             by=_str(data, "by", what),
             at=_str(data, "at", what),
+            supersedes=_str(data, "supersedes", what, optional=True),
+        )
+
+
+def check_supersedes(new: Reconciliation, latest: Reconciliation | None) -> None:
+    """Refuse a statement that would silently contradict or repeat the latest one: a
+    second statement must name the latest in ``supersedes`` (ConflictError, code
+    ``already_reconciled`` or ``not_latest``), and a first one cannot supersede anything
+    (``nothing_to_supersede``)."""
+    if latest is None:
+        if new.supersedes is not None:
+            raise ConflictError(
+                f"invocation {new.invocation_id} has no reconciliation to supersede",
+                code="nothing_to_supersede",
+            )
+        return
+    if new.supersedes is None:
+        raise ConflictError(
+            f"invocation {new.invocation_id} was already reconciled as {latest.outcome} by "
+            f"{latest.by} at {latest.at}; to change that, supersede it (--supersede)",
+            code="already_reconciled",
+        )
+    if new.supersedes != latest.reconciliation_id:
+        raise ConflictError(
+            f"reconciliation {new.supersedes} is not the latest of invocation "
+            f"{new.invocation_id} ({latest.reconciliation_id} is)",
+            code="not_latest",
         )
 
 

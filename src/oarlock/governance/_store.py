@@ -21,7 +21,13 @@ from oarlock.governance._ledger import (
     LedgerEntry,
     entry_hash_canonical,
 )
-from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
+from oarlock.governance._records import (
+    Approval,
+    Claim,
+    Reconciliation,
+    StoredReceipt,
+    check_supersedes,
+)
 
 __all__ = ["ClaimHeld", "GovernanceStore", "MemoryGovernanceStore", "artifact_ref"]
 
@@ -91,7 +97,9 @@ class GovernanceStore(Protocol):
 
     async def reconcile(self, reconciliation: Reconciliation) -> None:
         """Append a reconciliation of an Uncertain receipt (NotFound, or ConflictError
-        with code ``not_uncertain`` when the receipt is not Uncertain)."""
+        with code ``not_uncertain`` when the receipt is not Uncertain). A second one must
+        supersede the latest (:func:`~oarlock.governance._records.check_supersedes`),
+        checked in the same transaction."""
         ...
 
     async def reconciliations(self, invocation_id: str) -> list[Reconciliation]: ...
@@ -258,6 +266,8 @@ class MemoryGovernanceStore:
                     f"invocation {invocation_id} is {receipt['status']}, not Uncertain",
                     code="not_uncertain",
                 )
+            earlier = self._reconciliations.get(invocation_id)
+            check_supersedes(reconciliation, earlier[-1] if earlier else None)
             self._append("reconciliation", reconciliation.at, reconciliation.to_json())
             self._reconciliations.setdefault(invocation_id, []).append(reconciliation)
 

@@ -32,7 +32,13 @@ from oarlock.governance._ledger import (
     LedgerEntry,
     entry_hash_canonical,
 )
-from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
+from oarlock.governance._records import (
+    Approval,
+    Claim,
+    Reconciliation,
+    StoredReceipt,
+    check_supersedes,
+)
 from oarlock.governance._store import ClaimHeld, artifact_ref
 from oarlock.store._sqlite import _store_error, named_queries
 
@@ -237,6 +243,13 @@ class SQLiteGovernanceStore:
                 raise ConflictError(
                     f"invocation {invocation_id} is {row[0]}, not Uncertain", code="not_uncertain"
                 )
+            latest = conn.execute(
+                _q("latest_reconciliation"), {"invocation_id": invocation_id}
+            ).fetchone()
+            check_supersedes(
+                reconciliation,
+                None if latest is None else Reconciliation.from_json(_body(latest[0], "record")),
+            )
             seq = self._append(conn, "reconciliation", reconciliation.at, reconciliation.to_json())
             conn.execute(
                 _q("insert_reconciliation"),

@@ -83,6 +83,10 @@ WHERE i.invocation_id = :invocation_id;
 INSERT INTO reconciliations (reconciliation_id, invocation_id, ledger_seq)
 VALUES (:reconciliation_id, :invocation_id, :ledger_seq);
 
+-- name: latest_reconciliation
+SELECT l.body FROM reconciliations AS c JOIN ledger AS l ON l.seq = c.ledger_seq
+WHERE c.invocation_id = :invocation_id ORDER BY c.ledger_seq DESC LIMIT 1;
+
 -- name: reconciliations
 SELECT l.body FROM reconciliations AS c JOIN ledger AS l ON l.seq = c.ledger_seq
 WHERE c.invocation_id = :invocation_id ORDER BY c.ledger_seq;
