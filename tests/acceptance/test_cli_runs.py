@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from oarlock.demo import AGENT_FILE
 from oarlock.errors import IntegrityError
 from oarlock.formats import dump
+from oarlock.governance._records import Approval
 from oarlock.governance._sanitize import unfence
 from oarlock.store import SQLiteStore
 
@@ -263,6 +265,26 @@ def test_approving_for_another_process_needs_a_key(cli: Cli, waiting: str) -> No
     assert [a["principal"] for a in approvals] == ["user:ana"]  # the key's principal
     assert approvals[0]["keyId"].startswith("ed25519:") and approvals[0]["signature"]
     assert "completed" in cli.ok("resume", waiting)  # another process honours it
+    approvers = str(cli.xdg.parent / "config" / "oarlock" / "approvers.yaml")
+    assert cli.ok("audit", "verify", "--approvers", approvers).startswith("ledger ok")
+
+    # a row written by the database's writer: the chain verifies, the signature check not
+    async def forge() -> None:
+        import dataclasses
+
+        async with SQLiteStore(cli.db) as store:
+            genuine = Approval.from_json(approvals[0])
+            await store.governance().record_approval(
+                dataclasses.replace(
+                    genuine, approval_id=str(uuid.uuid4()), tool_call_id="call_x", signature=None
+                )
+            )
+
+    asyncio.run(forge())
+    assert cli("audit", "verify").returncode == 0
+    out = cli("audit", "verify", "--approvers", approvers)
+    assert out.returncode == 1 and "approval_unauthenticated" in out.stderr
+    assert "call_x" in out.stderr
 
 
 def test_a_second_decision_on_the_same_call_is_refused(cli: Cli, waiting: str) -> None:

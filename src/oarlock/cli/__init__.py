@@ -241,6 +241,12 @@ def _add_governance_commands(sub: Any) -> None:
         metavar="FILE",
         help="also check a checkpoint kept outside the database (repeatable)",
     )
+    p.add_argument(
+        "--approvers",
+        metavar="FILE",
+        help="also check that every human approval is signed by a key this approvers "
+        "file trusts for its principal",
+    )
     p.add_argument("--json", action="store_true")
     _gov_action(p, "verify")
     p = asub.add_parser("checkpoint", help="sign the ledger's head with an Ed25519 key")

@@ -173,7 +173,16 @@ async def _verify(args: argparse.Namespace, store: RunStore) -> int:
     gov = store.governance()
     keys = [load_public_key(k) for k in args.public_key or []]
     checkpoints = await gov.checkpoints() + [_read_checkpoint(f) for f in args.checkpoint or []]
-    report = verify_chain(await gov.ledger(), checkpoints, keys)
+    entries = await gov.ledger()
+    report = verify_chain(entries, checkpoints, keys)
+    if args.approvers:
+        from oarlock.governance._approvers import TrustedApprovers, approval_problems
+
+        unsigned = approval_problems(entries, TrustedApprovers.from_file(args.approvers))
+        if unsigned:
+            everything = (*report.problems, *unsigned)
+            problems = tuple(sorted(everything, key=lambda p: (p.seq is None, p.seq or 0)))
+            report = dataclasses.replace(report, ok=False, problems=problems)
     if args.json:
         print(
             json.dumps(

@@ -47,13 +47,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from oarlock.errors import ConfigError
+from oarlock.errors import ConfigError, IntegrityError
 from oarlock.formats._jcs import canonicalize
-from oarlock.governance._ledger import key_id, load_private_key, load_public_key
+from oarlock.governance._ledger import (
+    LedgerEntry,
+    LedgerProblem,
+    key_id,
+    load_private_key,
+    load_public_key,
+)
 from oarlock.governance._records import Approval
 
 __all__ = [
     "ApproverKey",
+    "approval_problems",
     "TrustedApprovers",
     "TrustedKey",
     "default_approvers_path",
@@ -299,3 +306,30 @@ def user_approvers() -> TrustedApprovers | None:
     if "OARLOCK_APPROVERS" in os.environ or path.exists():
         return TrustedApprovers.from_file(path)
     return None
+
+
+def approval_problems(
+    entries: Iterable[LedgerEntry], trusted: TrustedApprovers
+) -> list[LedgerProblem]:
+    """Every human approval in the ledger that is not signed by a key ``trusted`` for its
+    principal (code ``approval_unauthenticated``): for a verifier who holds the approvers'
+    public keys, that no approval on record was made without an approver."""
+    problems = []
+    for entry in entries:
+        if entry.kind != "approval":
+            continue
+        try:
+            approval = Approval.from_json(entry.body)
+        except IntegrityError as exc:
+            problems.append(LedgerProblem(entry.seq, "record_invalid", f"entry {entry.seq}: {exc}"))
+            continue
+        if approval.decided_by != "human":
+            continue
+        problem = trusted.problem(approval)
+        if problem is not None:
+            text = (
+                f"entry {entry.seq} (approval of call {approval.tool_call_id} of run "
+                f"{approval.run_id} by {approval.principal}): {problem}"
+            )
+            problems.append(LedgerProblem(entry.seq, "approval_unauthenticated", text))
+    return problems
