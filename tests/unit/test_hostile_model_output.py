@@ -186,3 +186,32 @@ async def test_an_unexpected_error_fails_the_run_instead_of_leaving_it_running(
     assert "\x1b" not in doc.error
     assert (await store.load(doc.id)).document.status == "failed"
     await store.close()
+
+
+@pytest.mark.parametrize("expires_in", [float("nan"), float("inf"), 1e308, -5, 0, True])
+async def test_an_approval_lifetime_that_is_not_one_is_refused(expires_in: Any) -> None:
+    turns = [
+        {
+            "tool_calls": [
+                {"id": "c1", "name": "charge", "arguments": {"order_id": "o", "amount": 1}}
+            ]
+        }
+    ]
+    store = MemoryStore()
+    runner = Runner(_agent(turns), store)
+    doc = await runner.start("pay")
+    with pytest.raises(DecisionRefused) as refused:
+        await runner.decide(doc.id, "c1", "approved", expires_in=expires_in)
+    assert refused.value.code == "invalid_expiry"
+    assert await store.governance().ledger() == []
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1, "abc", True, 1e9])
+def test_a_tool_timeout_that_is_not_one_is_refused(timeout: Any) -> None:
+    from oarlock.errors import ConfigError
+
+    def echo(text: str) -> str:
+        return text
+
+    with pytest.raises(ConfigError, match="timeout_seconds"):
+        tool(side_effect="read", timeout_seconds=timeout)(echo)

@@ -42,6 +42,7 @@ from oarlock.tools._tool import ToolArgumentsError
 __all__ = ["RetryPolicy", "Runner", "cancel_run", "update_run"]
 
 T = TypeVar("T")
+_MAX_EXPIRY = 10 * 366 * 86400  # ten years: beyond that, an expiry is not one
 EventHook = Callable[[RunDocument, list[Event]], None]
 
 
@@ -250,6 +251,16 @@ class Runner:
                 f"the call's arguments are invalid: {exc}", code="invalid_edit"
             ) from None
         now = self.clock()
+        if expires_in is not None and not (
+            isinstance(expires_in, int | float)
+            and not isinstance(expires_in, bool)
+            and 0 < expires_in <= _MAX_EXPIRY
+        ):
+            raise DecisionRefused(
+                f"an approval's lifetime must be more than 0 and at most {_MAX_EXPIRY} "
+                f"seconds, not {expires_in!r}",
+                code="invalid_expiry",
+            )
         expires_at = None if expires_in is None else shift_rfc3339(now, expires_in)
         try:
             await self.executor.record_approval(

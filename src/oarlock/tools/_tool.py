@@ -30,6 +30,7 @@ __all__ = [
     "tool",
 ]
 
+_MAX_TIMEOUT = 7 * 86400  # a week: beyond that, a timeout is not one
 CAUTIOUS_CLASS: SideEffectClass = "spend"
 """The class of a tool that declares none: the most cautious, never ``read``."""
 
@@ -148,6 +149,16 @@ class Tool:
                 f"tool {self.name!r}: needs_approval=False cannot waive the approval a "
                 f"{self.side_effect!r} tool needs; allow it in a policy rule instead (a "
                 "standing approval, recorded for every call)"
+            )
+        timeout = self.timeout_seconds
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= _MAX_TIMEOUT
+        ):
+            raise ConfigError(
+                f"tool {self.name!r}: timeout_seconds must be a number of seconds above 0 "
+                f"and at most {_MAX_TIMEOUT}, not {timeout!r}"
             )
         self.is_async = inspect.iscoroutinefunction(self.fn)
 
