@@ -365,6 +365,8 @@ def test_run_detach_returns_at_once_and_the_run_goes_on_in_the_background(cli: C
 def test_main_can_run_twice_in_one_process(cli: Cli) -> None:
     """The command's ``main`` is importable and callable in-process, as tests and embedders
     do; the second call must parse its arguments as the first did."""
+    with SQLiteStore(cli.db):
+        pass  # an empty database: runs list creates none
     code = (
         "import sys\nfrom oarlock.cli import main\n"
         f"a = main(['--db', {str(cli.db)!r}, 'runs', 'list'])\n"
