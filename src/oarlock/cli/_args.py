@@ -11,7 +11,9 @@ later on.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
+import os
 import sys
 from typing import NoReturn
 
@@ -62,11 +64,17 @@ def text(value: str) -> str:
 
 
 def path(value: str) -> str:
-    """A file's path: any bytes but NUL (and not empty)."""
+    """A file's path: any bytes but NUL, not empty, and a name the system can look up (not
+    too long, no loop of symbolic links); it need not exist."""
     if not value:
         raise argparse.ArgumentTypeError("a path cannot be empty")
     if "\x00" in value:
         raise argparse.ArgumentTypeError(f"{line(value)}: a path cannot hold a NUL character")
+    try:
+        os.stat(value)
+    except OSError as exc:
+        if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+            raise argparse.ArgumentTypeError(f"{line(value)}: {exc.strerror}") from None
     return value
 
 
