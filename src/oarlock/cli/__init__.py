@@ -311,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module, _, func = args.handler.partition(":")
         handler = getattr(import_module(module), func)
         code: int = handler(args)
+        sys.stdout.flush()  # a reader gone away is found here, not at exit
     except KeyboardInterrupt:
         print("oarlock: interrupted", file=sys.stderr)
         return 130
