@@ -175,6 +175,8 @@ def _made_file(path: Path) -> None:
 def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
     """A connection to ``path``; with ``create=False`` SQLite itself refuses to create the
     file (``mode=rw``), so a database removed after the check is not made again."""
+    if str(path) == ":memory:":
+        return sqlite3.connect(":memory:", isolation_level=None)
     if path.is_dir():
         raise StoreError(f"{path} is a folder, not a database file", code="db_path_invalid")
     if create:
