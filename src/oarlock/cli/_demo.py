@@ -44,13 +44,13 @@ async def _demo(args: argparse.Namespace) -> int:
         doc = await runner.start(REQUEST, tags={"demo": "refund-desk"}, agent_ref=str(AGENT_FILE))
         while doc.status == "waiting_approval":
             live.close()
-            print(f"\nrun {doc.id} paused: a refund needs a human")
+            print(f"\nrun {line(doc.id)} paused: a refund needs a human")
             print_pending(dump(doc))
             approve = args.yes or (sys.stdin.isatty() and _ask(doc))
             if not approve and not sys.stdin.isatty():
                 print(
-                    f"\nleft waiting. Approve with: oarlock --db {db} approve {doc.id} "
-                    f"{doc.pending_approvals[0].tool_call_id}"
+                    f"\nleft waiting. Approve with: oarlock --db {db} approve {line(doc.id)} "
+                    f"{line(doc.pending_approvals[0].tool_call_id)}"
                 )
                 return EXIT_OK
             for appr in [a for a in doc.pending_approvals if a.decision is None]:
@@ -60,12 +60,12 @@ async def _demo(args: argparse.Namespace) -> int:
                     "approved" if approve else "denied",
                     reason=None if approve else "declined at the prompt",
                 )
-                print(f"{appr.tool_call_id}: {'approved' if approve else 'denied'}")
+                print(f"{line(appr.tool_call_id)}: {'approved' if approve else 'denied'}")
             doc = await runner.resume(doc.id)
         live.close()
         print()
         print_summary(dump(doc))
-        print(f"stored in {db}; see it with: oarlock --db {db} runs show {doc.id}")
+        print(f"stored in {db}; see it with: oarlock --db {db} runs show {line(doc.id)}")
         return EXIT_OK if doc.status == "completed" else EXIT_INVALID
     finally:
         live.close()
