@@ -146,3 +146,15 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     names = pyfuncitem._fixtureinfo.argnames
     asyncio.run(pyfuncitem.obj(**{n: pyfuncitem.funcargs[n] for n in names}))
     return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """No test reads or writes the user's own oarlock configuration (approver keys and the
+    approvers file): every process the tests start finds an empty configuration home."""
+    import os
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix="oarlock-test-config-")
+    os.environ["XDG_CONFIG_HOME"] = home
+    for name in ("OARLOCK_APPROVER_KEY", "OARLOCK_APPROVERS", "OARLOCK_PRINCIPAL", "OARLOCK_DB"):
+        os.environ.pop(name, None)

@@ -29,7 +29,7 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from oarlock._secrets import redact
+from oarlock._secrets import redact as _redact
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -73,7 +73,7 @@ def _plain(text: str) -> bool:
 def line(value: object) -> str:
     """``value`` as text for one line of a terminal (see the module documentation)."""
     text = value if isinstance(value, str) else str(value)
-    text = redact(text)
+    text = _redact(text)
     if _plain(text):
         return text
     return _unsafe()[0].sub(_escape, text)
@@ -82,7 +82,7 @@ def line(value: object) -> str:
 def block(value: object, indent: str = "  ") -> str:
     """Multi-line ``value`` for a terminal: newlines kept, every later line indented."""
     text = value if isinstance(value, str) else str(value)
-    text = redact(text).replace("\r\n", "\n")
+    text = _redact(text).replace("\r\n", "\n")
     if not _plain(text.replace("\n", "").replace("\t", "")):
         text = _unsafe()[1].sub(_escape, text)
     return text.replace("\n", "\n" + indent)
@@ -103,11 +103,14 @@ def _escape_json(match: re.Match[str]) -> str:
     return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
 
 
-def dumps(value: Any, *, indent: int | None = 2) -> str:
+def dumps(value: Any, *, indent: int | None = 2, redact: bool = True) -> str:
     """JSON for machine output: non-ASCII text kept as it is, except the characters
     :func:`line` escapes, which are written as JSON escapes (control characters are
-    escaped by JSON itself). Secrets are redacted from every string."""
-    text = redact(json.dumps(value, indent=indent, ensure_ascii=False))
+    escaped by JSON itself). Secrets are redacted from every string, unless ``redact`` is
+    false (a document written as data, which must parse back to the very same value)."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    if redact:
+        text = _redact(text)
     if text.isascii():
         return text
     return _unsafe()[2].sub(_escape_json, text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -212,8 +213,14 @@ def test_approve_as_a_principal_with_an_expiry_that_has_passed(tmp_path: Path) -
     cli = Cli(tmp_path)
     cli.ok("run", str(AGENT_FILE), "Order A-1001 arrived broken. Please refund it.")
     (run,) = json.loads(cli.ok("runs", "list", "--json"))
-    # an approval that lapses at once: the executor refuses it when the call comes to run
-    cli.ok("approve", run["id"], "call_2_1", "--as", "ops:ana", "--expires-in", "0")
+    # an approval that lapses within a millisecond: the executor refuses it when the call
+    # comes to run, later (in another process: the approval is signed by the user's key)
+    cli.make_key("ops:ana")
+    cli.ok(
+        "approve", run["id"], "call_2_1", "--as", "ops:ana", "--expires-in", "0.001", "--no-resume"
+    )
+    time.sleep(0.01)
+    cli.ok("resume", run["id"])
     refund = next(i for i in receipts(cli) if i["tool"] == "issue_refund")
     assert refund["status"] == "Denied" and refund["error"]["code"] == "approval_expired"
 
@@ -240,6 +247,7 @@ def test_receipts_list_open_shows_a_claim_without_a_receipt(cli: Cli) -> None:
 
     invocation_id = asyncio.run(cut_off())
     (listed,) = json.loads(cli.ok("receipts", "list", "--open", "--json"))
-    assert listed["invocation_id"] == invocation_id and listed["idempotency_key"] == "k-open"
+    assert listed["invocationId"] == invocation_id and listed["idempotencyKey"] == "k-open"
+    assert listed["ownerState"] == "owner gone"
     text = cli.ok("receipts", "list", "--open")
     assert invocation_id in text and "owner gone" in text

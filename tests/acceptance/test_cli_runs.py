@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -406,11 +407,14 @@ def test_run_detach_returns_at_once_and_the_run_goes_on_in_the_background(cli: C
     assert found["turns"] == 2
     log = cli.db.with_suffix(f".{found['id']}.log")
     assert log.exists()
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600  # what the run says is as private as the db
 
 
 def test_main_can_run_twice_in_one_process(cli: Cli) -> None:
     """The command's ``main`` is importable and callable in-process, as tests and embedders
     do; the second call must parse its arguments as the first did."""
+    with SQLiteStore(cli.db):
+        pass  # an empty database: runs list creates none
     code = (
         "import sys\nfrom oarlock.cli import main\n"
         f"a = main(['--db', {str(cli.db)!r}, 'runs', 'list'])\n"

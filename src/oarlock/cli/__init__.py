@@ -4,27 +4,32 @@ starting the command costs little more than starting Python."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oarlock import __version__
+from oarlock._render import block, line
+from oarlock.cli._args import Parser, limit, path, seconds, stored_path, text
 
-__all__ = ["build_parser", "main"]
+if TYPE_CHECKING:
+    from oarlock.errors import OarlockError
+
+__all__ = ["build_parser", "main", "refused"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="oarlock", description="Durable, governed LLM agent runs."
-    )
+    parser = Parser(prog="oarlock", description="Durable, governed LLM agent runs.")
     parser.add_argument("--version", action="version", version=f"oarlock {__version__}")
     parser.add_argument(
         "--db",
         metavar="PATH",
-        default=os.environ.get("OARLOCK_DB"),
+        type=path,
+        default=os.environ.get("OARLOCK_DB") or None,
         help="the run database (default: $OARLOCK_DB, else the user's data directory)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -49,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "paths",
         nargs="*",
         metavar="PATH",
+        type=path,
         help="a JSON file, a folder (every *.json below it) or - for stdin",
     )
     p.set_defaults(handler="oarlock.cli._validate:run_validate")
@@ -59,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Convert a run document between oar/0.1 and oar/0.2, "
         "losslessly. Prints to stdout unless -o or --in-place is given.",
     )
-    p.add_argument("path", metavar="PATH", help="a run document, or - for stdin")
+    p.add_argument("path", metavar="PATH", type=path, help="a run document, or - for stdin")
     p.add_argument(
         "--to",
         choices=["oar/0.2", "oar/0.1"],
@@ -67,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="target format (default oar/0.2)",
     )
     out = p.add_mutually_exclusive_group()
-    out.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    out.add_argument(
+        "-o", "--output", metavar="FILE", type=path, help="write here instead of stdout"
+    )
     out.add_argument("--in-place", action="store_true", help="rewrite PATH")
     p.set_defaults(handler="oarlock.cli._validate:run_upgrade")
     return parser
@@ -79,13 +87,14 @@ def _run_action(p: argparse.ArgumentParser, action: str) -> None:
 
 def _add_run_commands(sub: Any) -> None:
     p = sub.add_parser("run", help="start a run of an agent file")
-    p.add_argument("agent_file", metavar="AGENT_FILE")
-    p.add_argument("input", metavar="INPUT")
-    p.add_argument("--tag", action="append", metavar="KEY=VALUE", help="tag the run")
+    p.add_argument("agent_file", metavar="AGENT_FILE", type=stored_path)
+    p.add_argument("input", metavar="INPUT", type=text)
+    p.add_argument("--tag", action="append", type=text, metavar="KEY=VALUE", help="tag the run")
     p.add_argument("--detach", action="store_true", help="run in the background")
     p.add_argument(
         "--model",
         metavar="MODEL",
+        type=text,
         help="run the agent file unchanged against another model "
         "(e.g. openai-compatible:qwen2.5@http://127.0.0.1:11434/v1); kept for resumes",
     )
@@ -106,43 +115,50 @@ def _add_run_commands(sub: Any) -> None:
             "cancelled",
         ],
     )
-    p.add_argument("--tag", action="append", metavar="KEY=VALUE")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--tag", action="append", type=text, metavar="KEY=VALUE")
+    p.add_argument("--limit", type=limit, default=50, help="at most this many (default 50)")
     p.add_argument("--json", action="store_true")
     _run_action(p, "runs list")
-    for name, text in (("show", "a run's timeline"), ("export", "the oar/0.2 document")):
-        p = rsub.add_parser(name, help=text)
-        p.add_argument("run_id", metavar="RUN_ID")
+    for name, what in (("show", "a run's timeline"), ("export", "the oar/0.2 document")):
+        p = rsub.add_parser(name, help=what)
+        p.add_argument("run_id", metavar="RUN_ID", type=text)
         _run_action(p, f"runs {name}")
 
     for name, decision in (("approve", "approved"), ("deny", "denied"), ("respond", "responded")):
         p = sub.add_parser(name, help=f"record a '{decision}' decision on a pending call")
-        p.add_argument("run_id", metavar="RUN_ID")
-        p.add_argument("call_id", metavar="CALL_ID")
+        p.add_argument("run_id", metavar="RUN_ID", type=text)
+        p.add_argument("call_id", metavar="CALL_ID", type=text)
         if name == "respond":
-            p.add_argument("text", metavar="TEXT", help="the answer the model receives")
+            p.add_argument(
+                "text", metavar="TEXT", type=text, help="the answer the model receives"
+            )
         if name == "approve":
-            p.add_argument("--edit", metavar="JSON", help="run with these arguments instead")
+            p.add_argument(
+                "--edit", metavar="JSON", type=text, help="run with these arguments instead"
+            )
             p.add_argument(
                 "--key",
                 metavar="PEM",
+                type=path,
                 help="sign the approval with this key (default: $OARLOCK_APPROVER_KEY, else "
                 "~/.config/oarlock/approver.key if it exists; see oarlock keys create)",
             )
             p.add_argument(
                 "--expires-in",
-                type=float,
+                type=seconds,
                 metavar="SECONDS",
-                help="the approval lapses if the call has not run by then",
+                help="the approval lapses if the call has not run by then "
+                "(above 0, at most 366 days)",
             )
         p.add_argument(
             "--as",
             dest="principal",
             metavar="NAME",
+            type=text,
             help="who decides (default: the principal the key is trusted for, else "
             "$OARLOCK_PRINCIPAL, else user: and the login name)",
         )
-        p.add_argument("--reason", metavar="TEXT", required=name == "deny")
+        p.add_argument("--reason", metavar="TEXT", type=text, required=name == "deny")
         p.add_argument(
             "--no-resume",
             action="store_true",
@@ -151,15 +167,15 @@ def _add_run_commands(sub: Any) -> None:
         p.set_defaults(decision=decision)
         _run_action(p, "decide")
 
-    for name, text in (
+    for name, what in (
         ("resume", "continue a run"),
         ("cancel", "cancel a run"),
         ("replay", "re-run a stored run's model turns against today's tools"),
     ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("run_id", metavar="RUN_ID")
+        p = sub.add_parser(name, help=what)
+        p.add_argument("run_id", metavar="RUN_ID", type=text)
         if name == "cancel":
-            p.add_argument("--reason", metavar="TEXT")
+            p.add_argument("--reason", metavar="TEXT", type=text)
         _run_action(p, name)
 
     _add_governance_commands(sub)
@@ -187,11 +203,11 @@ def _add_governance_commands(sub: Any) -> None:
     receipts = sub.add_parser("receipts", help="list, show and reconcile tool receipts")
     rsub = receipts.add_subparsers(dest="receipts_command", metavar="COMMAND", required=True)
     p = rsub.add_parser("list", help="receipts, newest first")
-    p.add_argument("--run", metavar="RUN_ID", help="only this run's")
+    p.add_argument("--run", metavar="RUN_ID", type=text, help="only this run's")
     p.add_argument(
         "--status", choices=["Succeeded", "Failed", "Denied", "TimedOut", "Uncertain"]
     )
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=limit, default=50, help="at most this many (default 50)")
     p.add_argument(
         "--open",
         action="store_true",
@@ -200,16 +216,16 @@ def _add_governance_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     _gov_action(p, "list")
     p = rsub.add_parser("show", help="one invocation: its receipt, effect and result")
-    p.add_argument("invocation_id", metavar="INVOCATION_ID")
+    p.add_argument("invocation_id", metavar="INVOCATION_ID", type=text)
     p.add_argument("--json", action="store_true")
     _gov_action(p, "show")
     p = rsub.add_parser(
         "reconcile",
         help="resolve an Uncertain receipt (appends a record; edits nothing)",
     )
-    p.add_argument("invocation_id", metavar="INVOCATION_ID")
+    p.add_argument("invocation_id", metavar="INVOCATION_ID", type=text)
     p.add_argument("--as", dest="outcome", required=True, choices=["succeeded", "not-applied"])
-    p.add_argument("--evidence", required=True, metavar="TEXT")
+    p.add_argument("--evidence", required=True, type=text, metavar="TEXT")
     p.add_argument(
         "--supersede",
         action="store_true",
@@ -219,6 +235,7 @@ def _add_governance_commands(sub: Any) -> None:
         "--by",
         dest="principal",
         metavar="NAME",
+        type=text,
         default=os.environ.get("OARLOCK_PRINCIPAL") or _user(),
     )
     _gov_action(p, "reconcile")
@@ -233,32 +250,38 @@ def _add_governance_commands(sub: Any) -> None:
         "--public-key",
         action="append",
         metavar="PEM",
+        type=path,
         help="a trusted checkpoint key (repeatable); without one, signatures are not checked",
     )
     p.add_argument(
         "--checkpoint",
         action="append",
         metavar="FILE",
+        type=path,
         help="also check a checkpoint kept outside the database (repeatable)",
     )
     p.add_argument(
         "--approvers",
         metavar="FILE",
+        type=path,
         help="also check that every human approval is signed by a key this approvers "
         "file trusts for its principal",
     )
     p.add_argument("--json", action="store_true")
     _gov_action(p, "verify")
     p = asub.add_parser("checkpoint", help="sign the ledger's head with an Ed25519 key")
-    p.add_argument("--key", required=True, metavar="PEM", help="the private key file")
+    p.add_argument("--key", required=True, metavar="PEM", type=path, help="the private key file")
     p.add_argument(
         "--out",
         metavar="FILE",
+        type=path,
         help="also write the checkpoint here (keep it where the database's writers cannot)",
     )
     _gov_action(p, "checkpoint")
     p = asub.add_parser("keygen", help="make an Ed25519 key for checkpoints")
-    p.add_argument("path", metavar="PATH", help="where to write the private key (mode 0600)")
+    p.add_argument(
+        "path", metavar="PATH", type=path, help="where to write the private key (mode 0600)"
+    )
     _gov_action(p, "keygen")
 
 
@@ -271,31 +294,87 @@ def _add_key_commands(sub: Any) -> None:
         description="Write a new signing key (mode 0600) and its public key (.pub), and "
         "trust it for one principal in the approvers file.",
     )
-    p.add_argument("path", nargs="?", metavar="PATH", help="the key file to write")
-    p.add_argument("--as", dest="principal", metavar="NAME", help="the principal it signs as")
-    p.add_argument("--approvers", metavar="FILE", help="the approvers file to add it to")
+    p.add_argument("path", nargs="?", metavar="PATH", type=path, help="the key file to write")
+    p.add_argument(
+        "--as", dest="principal", metavar="NAME", type=text, help="the principal it signs as"
+    )
+    p.add_argument(
+        "--approvers", metavar="FILE", type=path, help="the approvers file to add it to"
+    )
     p.add_argument("--no-trust", action="store_true", help="do not add it to an approvers file")
     p.set_defaults(handler="oarlock.cli._keys:dispatch", action="create")
     p = ksub.add_parser("list", help="the keys an approvers file trusts")
-    p.add_argument("--approvers", metavar="FILE", help="the approvers file")
+    p.add_argument("--approvers", metavar="FILE", type=path, help="the approvers file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler="oarlock.cli._keys:dispatch", action="list")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    module, _, func = args.handler.partition(":")
-    from importlib import import_module
+def refused(exc: OarlockError) -> int:
+    """Say on one line why a command was refused; its exit status (2 for a usage error,
+    else 1)."""
+    print(f"oarlock: {line(exc)}", file=sys.stderr)
+    return EXIT_USAGE if exc.code == "usage" else EXIT_INVALID
 
-    handler = getattr(import_module(module), func)
+
+def _safe_streams() -> None:
+    """Standard output and error never fail to encode: what cannot be encoded (a lone
+    surrogate, or any character on a stream that is not UTF-8) is written as an escape."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):  # closed, or cannot be changed
+                reconfigure(errors="backslashreplace")
+
+
+def _unexpected(exc: Exception) -> int:
+    """One line for a failure no rule of oarlock's expected (exit 1); the traceback only
+    when ``OARLOCK_DEBUG=1``."""
+    if os.environ.get("OARLOCK_DEBUG") == "1":
+        import traceback
+
+        sys.stderr.write(block("".join(traceback.format_exception(exc)), indent="") + "\n")
+    else:
+        print(
+            f"oarlock: unexpected error: {line(type(exc).__name__)}: {line(exc)} "
+            "(OARLOCK_DEBUG=1 shows where)",
+            file=sys.stderr,
+        )
+    return EXIT_INVALID
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` (default: this process's arguments) and return its exit
+    status. A usage error raises ``SystemExit(2)``, as ``argparse`` does."""
+    _safe_streams()
+    args = build_parser().parse_args(argv)
+    from oarlock.errors import OarlockError
+
     try:
+        from importlib import import_module
+
+        module, _, func = args.handler.partition(":")
+        handler = getattr(import_module(module), func)
         code: int = handler(args)
+        sys.stdout.flush()  # a reader gone away is found here, not at exit
     except KeyboardInterrupt:
         print("oarlock: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        _silence_stdout()
         return EXIT_INVALID
+    except OarlockError as exc:
+        return refused(exc)
+    except Exception as exc:
+        return _unexpected(exc)
     return code
+
+
+def _silence_stdout() -> None:
+    """After the reader of standard output went away: send what is left to /dev/null, so
+    that the flush at exit does not fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover

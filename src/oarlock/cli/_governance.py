@@ -2,7 +2,10 @@
 
 ``audit verify`` exits 0 when the ledger and every checkpoint check out and 1 at the
 first bad entry, which it names; ``receipts reconcile`` appends a record and never edits
-the Uncertain receipt it resolves."""
+the Uncertain receipt it resolves.
+
+Every value from the database goes through the renderer (:mod:`oarlock._render`), and every
+``--json`` output is :func:`~oarlock._render.dumps` of camelCase members."""
 
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from oarlock.cli import EXIT_INVALID, EXIT_OK
-from oarlock.cli._runs import Command, refused, run_command
+from oarlock._render import block, dumps, line
+from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
+from oarlock.cli._runs import Command, run_command
 from oarlock.errors import OarlockError
 from oarlock.formats._time import now_rfc3339
 from oarlock.governance._ledger import (
@@ -29,12 +33,10 @@ from oarlock.governance._ledger import (
     verify_chain,
 )
 from oarlock.governance._owner import owner_alive
-from oarlock.governance._records import Reconciliation, StoredReceipt, run_uuid
-from oarlock.governance._sanitize import sanitize
+from oarlock.governance._records import Claim, Reconciliation, StoredReceipt, run_uuid
 from oarlock.store._base import RunStore
 
 __all__ = ["dispatch"]
-
 
 
 def _effect(receipt: dict[str, Any]) -> str:
@@ -42,7 +44,7 @@ def _effect(receipt: dict[str, Any]) -> str:
     if not effect:
         return "-"
     ref = effect.get("externalReference")
-    return f"{effect.get('kind')}" + (f" {ref}" if ref else "")
+    return line(effect.get("kind")) + (f" {line(ref)}" if ref else "")
 
 
 def _row(item: StoredReceipt) -> dict[str, Any]:
@@ -59,17 +61,36 @@ def _row(item: StoredReceipt) -> dict[str, Any]:
     }
 
 
+_OWNER = {True: "running", False: "owner gone", None: "owner on another host"}
+
+
+def _claim_json(claim: Claim) -> dict[str, Any]:
+    """An open claim as ``receipts list --open --json`` prints it."""
+    return {
+        "invocationId": claim.invocation_id,
+        "tenantId": claim.tenant_id,
+        "toolId": claim.tool_id,
+        "idempotencyKey": claim.idempotency_key,
+        "argumentsHash": claim.arguments_hash,
+        "owner": claim.owner,
+        "ownerState": _OWNER[owner_alive(claim.owner)],
+        "claimedAt": claim.claimed_at,
+        "leaseUntil": claim.lease_until,
+    }
+
+
 async def _open(args: argparse.Namespace, store: RunStore) -> int:
-    claims = await store.governance().open_claims()
+    claims = [_claim_json(c) for c in await store.governance().open_claims()]
     if args.json:
-        print(json.dumps([dataclasses.asdict(c) for c in claims], indent=2))
-    elif not claims:
+        print(dumps(claims))
+        return EXIT_OK
+    if not claims:
         print("no open claims")
-    for c in [] if args.json else claims:
-        alive = owner_alive(c.owner)
-        state = {True: "running", False: "owner gone", None: "owner on another host"}[alive]
-        since = f"since {c.claimed_at} ({state})"
-        print(f"{c.invocation_id}  {c.tool_id:<20} {c.idempotency_key}  {since}")
+    for c in claims:
+        print(
+            f"{line(c['invocationId'])}  {line(c['toolId']):<20} {line(c['idempotencyKey'])}  "
+            f"since {line(c['claimedAt'])} ({c['ownerState']})"
+        )
     return EXIT_OK
 
 
@@ -79,17 +100,19 @@ async def _list(args: argparse.Namespace, store: RunStore) -> int:
     run = None if args.run is None else run_uuid(args.run)
     items = await store.governance().receipts(run_id=run, status=args.status, limit=args.limit)
     if args.json:
-        print(json.dumps([_row(i) for i in items], indent=2, ensure_ascii=False))
+        print(dumps([_row(i) for i in items]))
         return EXIT_OK
     if not items:
         print("no receipts")
         return EXIT_OK
     for item in items:
         r = _row(item)
-        status = r["status"] + (f" (reconciled: {r['reconciled'][-1]})" if r["reconciled"] else "")
+        status = line(r["status"])
+        if r["reconciled"]:
+            status += f" (reconciled: {line(r['reconciled'][-1])})"
         error = item.receipt.get("error") or {}
-        detail = error.get("code") or _effect(item.receipt)
-        print(f"{r['invocationId']}  {status:<12} {r['tool']:<20} {detail}")
+        detail = line(error["code"]) if error.get("code") else _effect(item.receipt)
+        print(f"{line(r['invocationId'])}  {status:<12} {line(r['tool']):<20} {detail}")
     return EXIT_OK
 
 
@@ -102,46 +125,58 @@ async def _show(args: argparse.Namespace, store: RunStore) -> int:
         result = (await gov.artifact(receipt["resultRef"])).decode("utf-8", "replace")
     if args.json:
         print(
-            json.dumps(
+            dumps(
                 {
                     "invocation": invocation,
                     "receipt": receipt,
                     "reconciliations": [n.to_json() for n in notes],
                     "result": result,
-                },
-                indent=2,
-                ensure_ascii=False,
+                }
             )
         )
         return EXIT_OK
+    print("\n".join(_invocation_lines(invocation, receipt, notes, result)))
+    return EXIT_OK
+
+
+def _invocation_lines(
+    invocation: dict[str, Any],
+    receipt: dict[str, Any] | None,
+    notes: list[Reconciliation],
+    result: str | None,
+) -> list[str]:
     decision = invocation["policyDecision"]
+    arguments = json.dumps(invocation["arguments"], ensure_ascii=False)
     lines = [
-        f"invocation {invocation['invocationId']}",
-        f"  tool       {invocation['toolId']} ({invocation['sideEffectClass']})",
-        f"  run        {invocation['runId']}  step {invocation['stepId']}",
-        f"  key        {invocation['idempotencyKey']}",
-        f"  arguments  {json.dumps(invocation['arguments'], ensure_ascii=False)}",
-        f"  policy     {decision['effect']} ({decision.get('ruleId') or 'default'})",
-        f"  approval   {invocation.get('approvalId', '-')}",
+        f"invocation {line(invocation['invocationId'])}",
+        f"  tool       {line(invocation['toolId'])} ({line(invocation['sideEffectClass'])})",
+        f"  run        {line(invocation['runId'])}  step {line(invocation['stepId'])}",
+        f"  key        {line(invocation['idempotencyKey'])}",
+        f"  arguments  {line(arguments)}",
+        f"  policy     {line(decision['effect'])} ({line(decision.get('ruleId') or 'default')})",
+        f"  approval   {line(invocation.get('approvalId', '-'))}",
     ]
     if receipt is None:
         lines.append("  receipt    none yet (running, or cut off by a crash)")
     else:
         lines += [
-            f"  status     {receipt['status']}",
+            f"  status     {line(receipt['status'])}",
             f"  effect     {_effect(receipt)}",
-            f"  finished   {receipt.get('finishedAt', '-')}",
-            f"  hash       {receipt['receiptHash']}",
+            f"  finished   {line(receipt.get('finishedAt', '-'))}",
+            f"  hash       {line(receipt['receiptHash'])}",
         ]
         if "error" in receipt:
+            error = receipt["error"]
             lines.append(
-                f"  error      {receipt['error'].get('code')}: {receipt['error'].get('message')}"
+                f"  error      {line(error.get('code'))}: {line(error.get('message'))}"
             )
-    lines += [f"  reconciled {n.outcome} by {n.by} at {n.at}: {n.evidence}" for n in notes]
+    lines += [
+        f"  reconciled {line(n.outcome)} by {line(n.by)} at {line(n.at)}: {line(n.evidence)}"
+        for n in notes
+    ]
     if result is not None:
-        lines += ["  result", *("    " + line for line in sanitize(result).splitlines())]
-    print("\n".join(lines))
-    return EXIT_OK
+        lines += ["  result", "    " + block(result, indent="    ")]
+    return lines
 
 
 async def _reconcile(args: argparse.Namespace, store: RunStore) -> int:
@@ -164,8 +199,8 @@ async def _reconcile(args: argparse.Namespace, store: RunStore) -> int:
         supersedes=supersedes,
     )
     await store.governance().reconcile(record)
-    note = f" (supersedes {supersedes})" if supersedes else ""
-    print(f"invocation {args.invocation_id}: reconciled as {args.outcome}{note}")
+    note = f" (supersedes {line(supersedes)})" if supersedes else ""
+    print(f"invocation {line(args.invocation_id)}: reconciled as {args.outcome}{note}")
     return EXIT_OK
 
 
@@ -185,7 +220,7 @@ async def _verify(args: argparse.Namespace, store: RunStore) -> int:
             report = dataclasses.replace(report, ok=False, problems=problems)
     if args.json:
         print(
-            json.dumps(
+            dumps(
                 {
                     "ok": report.ok,
                     "entries": report.entries,
@@ -197,8 +232,7 @@ async def _verify(args: argparse.Namespace, store: RunStore) -> int:
                         {"seq": p.seq, "code": p.code, "message": p.message}
                         for p in report.problems
                     ],
-                },
-                indent=2,
+                }
             )
         )
     elif report.ok:
@@ -208,12 +242,12 @@ async def _verify(args: argparse.Namespace, store: RunStore) -> int:
             else (" (signatures not checked: give --public-key)")
         )
         print(
-            f"ledger ok: {report.entries} entries, head {report.head_seq} {report.head_hash}; "
-            f"{report.checkpoints_checked} checkpoint(s){signed}"
+            f"ledger ok: {report.entries} entries, head {report.head_seq} "
+            f"{line(report.head_hash)}; {report.checkpoints_checked} checkpoint(s){signed}"
         )
     else:
         for problem in report.problems:
-            print(f"ledger: {problem.message} ({problem.code})", file=sys.stderr)
+            print(f"ledger: {line(problem.message)} ({line(problem.code)})", file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
@@ -221,7 +255,11 @@ def _read_checkpoint(path: str) -> Checkpoint:
     try:
         data = json.loads(Path(path).read_text("utf-8"))
     except OSError as exc:
-        raise OarlockError(f"cannot read checkpoint {path}: {exc.strerror}", code="usage") from None
+        raise OarlockError(
+            f"cannot read checkpoint {path}: {exc.strerror or type(exc).__name__}", code="usage"
+        ) from None
+    except RecursionError:
+        raise OarlockError(f"checkpoint {path} is nested too deeply", code="usage") from None
     except ValueError as exc:
         raise OarlockError(f"checkpoint {path} is not JSON: {exc}", code="usage") from None
     if not isinstance(data, dict):
@@ -235,12 +273,22 @@ async def _checkpoint(args: argparse.Namespace, store: RunStore) -> int:
     if not entries:
         raise OarlockError("the ledger is empty: nothing to sign", code="usage")
     checkpoint = sign_checkpoint(entries[-1], load_private_key(args.key), now_rfc3339())
+    text = dumps(checkpoint.to_json())
+    if args.out:  # first: a file that cannot be written leaves the database as it was
+        _write_file(args.out, text + "\n", "the checkpoint")
     await gov.add_checkpoint(checkpoint)
-    text = json.dumps(checkpoint.to_json(), indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n", "utf-8")
     print(text)
     return EXIT_OK
+
+
+def _write_file(path: str, text: str, what: str) -> None:
+    try:
+        Path(path).write_text(text, "utf-8")
+    except OSError as exc:
+        raise OarlockError(
+            f"cannot write {what} to {path}: {exc.strerror or type(exc).__name__}",
+            code="file_unwritable",
+        ) from None
 
 
 _COMMANDS: dict[str, Command] = {
@@ -254,7 +302,15 @@ _COMMANDS: dict[str, Command] = {
 
 def _keygen(args: argparse.Namespace) -> int:
     key = generate_key()
-    save_private_key(key, args.path)
+    try:
+        save_private_key(key, args.path)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        if isinstance(exc, FileNotFoundError | NotADirectoryError):
+            why += " (the key's folder must exist)"
+        raise OarlockError(
+            f"cannot write the key to {args.path}: {why}", code="file_unwritable"
+        ) from None
     print(public_key_pem(key), end="")
     return EXIT_OK
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from oarlock._render import dumps, line
-from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
-from oarlock.errors import ConfigError, OarlockError
+from oarlock.cli import EXIT_OK, _user, refused
+from oarlock.errors import OarlockError
 from oarlock.governance._approvers import (
     TrustedApprovers,
     default_approvers_path,
@@ -30,14 +29,7 @@ __all__ = ["dispatch", "principal_default"]
 
 def principal_default() -> str:
     """``$OARLOCK_PRINCIPAL``, else ``user:`` and the login name."""
-    if explicit := os.environ.get("OARLOCK_PRINCIPAL"):
-        return explicit
-    import getpass
-
-    try:
-        return f"user:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "user:unknown"
+    return os.environ.get("OARLOCK_PRINCIPAL") or _user()
 
 
 def _private_folder(path: Path) -> None:
@@ -117,7 +109,4 @@ def dispatch(args: argparse.Namespace) -> int:
     try:
         return _create(args) if args.action == "create" else _list(args)
     except OarlockError as exc:
-        print(f"oarlock: {line(exc)}", file=sys.stderr)
-        if isinstance(exc, ConfigError):
-            return EXIT_INVALID
-        return EXIT_USAGE if exc.code == "usage" else EXIT_INVALID
+        return refused(exc)

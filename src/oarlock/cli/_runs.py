@@ -3,20 +3,26 @@
 
 ``runs list`` and ``runs show`` only read: they run synchronously, without asyncio, the
 engine or pydantic (the store checks the document it reads without it), so that they start
-in a few tens of milliseconds."""
+in a few tens of milliseconds. Every command but ``run`` (and ``demo``) works on a database
+that exists: a mistyped ``--db`` is reported, never created.
+
+Everything printed goes through the renderer (:mod:`oarlock._render`): ``line`` for a
+line, ``dumps`` for JSON."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from oarlock._render import dumps, line
+from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
+from oarlock.cli._live import Live
 from oarlock.cli._show import print_runs, print_summary, timeline
-from oarlock.errors import OarlockError
+from oarlock.errors import ConflictError, OarlockError
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
 if TYPE_CHECKING:  # the engine and the models load only for commands that run agents
@@ -24,17 +30,35 @@ if TYPE_CHECKING:  # the engine and the models load only for commands that run a
     from oarlock.engine._runner import Runner
     from oarlock.formats._models import RunDocument
     from oarlock.governance._approvers import ApproverKey
-    from oarlock.store._base import Event, RunStore
+    from oarlock.store._base import RunStore
 
-__all__ = ["Command", "ReadCommand", "dispatch", "read_command", "refused", "run_command"]
+__all__ = [
+    "Command",
+    "ReadCommand",
+    "dispatch",
+    "open_store",
+    "read_command",
+    "refused",
+    "run_command",
+]
 
 T = TypeVar("T")
 EXIT_HALTED = 3
 _DONE_OK = {"completed", "waiting_approval", "running"}
+# the commands that may create the database; every other one needs it to exist
+_CREATES = frozenset({"run"})
+# the terminal view of the command running in this process (progress and streamed text)
+_live = Live()
 
 
 def _db(args: argparse.Namespace) -> Path:
     return Path(args.db) if args.db else default_db_path()
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False) -> SQLiteStore:
+    """The run database of ``--db``; unless ``create``, one that exists (else NotFound,
+    "no database at PATH")."""
+    return SQLiteStore(_db(args), create=create)
 
 
 def _tags(pairs: list[str] | None) -> dict[str, str]:
@@ -42,40 +66,20 @@ def _tags(pairs: list[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise OarlockError(f"--tag needs KEY=VALUE, not {pair!r}", code="usage")
+            raise OarlockError(f"--tag needs KEY=VALUE, not {line(pair)}", code="usage")
         out[key] = value
     return out
-
-
-def _progress(doc: RunDocument, events: list[Event]) -> None:
-    if not sys.stderr.isatty():
-        return
-    for ev in events:
-        if ev.kind == "model_responded":
-            calls = ev.data.get("toolCalls") or []
-            sys.stderr.write(
-                f"\r  turn {ev.data['turn']}: model answered"
-                f"{f', calls {len(calls)} tool(s)' if calls else ''}\x1b[K"
-            )
-        elif ev.kind == "status_changed":
-            sys.stderr.write(f"\r  status {ev.data['to']}\x1b[K\n")
-    sys.stderr.flush()
-
-
-def _stream(text: str) -> None:
-    sys.stderr.write(text)
-    sys.stderr.flush()
 
 
 def _runner(agent: Agent, store: RunStore, approver: ApproverKey | None = None) -> Runner:
     from oarlock.engine._runner import Runner
 
     _trusting(agent)
-    on_text = _stream if sys.stderr.isatty() else None
+    on_text = _live.text if _live.enabled() else None
     return Runner(
         agent,
         store,
-        on_commit=_progress,
+        on_commit=_live.progress,
         watch_interval=0.25,
         on_text=on_text,
         approver=approver,
@@ -116,12 +120,15 @@ def _approver(args: argparse.Namespace, agent: Agent) -> ApproverKey | None:
     return ApproverKey(args.principal or only or principal_default(), key.private_key)
 
 
-async def _with_store(args: argparse.Namespace, work: Callable[[RunStore], Awaitable[T]]) -> T:
-    store = SQLiteStore(_db(args))
+async def _with_store(
+    args: argparse.Namespace, work: Callable[[RunStore], Awaitable[T]], *, create: bool
+) -> T:
+    store = open_store(args, create=create)
     try:
         return await work(store)
     finally:
         await store.close()
+        _live.close()
 
 
 async def _agent_of(store: RunStore, run_id: str) -> Agent:
@@ -133,7 +140,8 @@ async def _agent_of(store: RunStore, run_id: str) -> Agent:
     stored = await store.load(run_id)
     if not stored.agent_ref:
         raise OarlockError(
-            f"run {run_id} has no agent file on record; resume it from Python with its Agent",
+            f"run {line(run_id)} has no agent file on record; resume it from Python with its "
+            "Agent",
             code="no_agent_ref",
         )
     agent = load_agent(stored.agent_ref)
@@ -161,15 +169,17 @@ def _finish(doc: RunDocument) -> int:
 
 
 async def _run(args: argparse.Namespace, store: RunStore) -> int:
+    tags = _tags(args.tag)
     agent_file = str(Path(args.agent_file).resolve())
     agent = _load(agent_file, args.model)
     if args.detach:
         import subprocess
 
         runner = _runner(agent, store)
-        doc, _ = await runner.create(args.input, tags=_tags(args.tag), agent_ref=agent_file)
+        doc, _ = await runner.create(args.input, tags=tags, agent_ref=agent_file)
         log = _db(args).with_suffix(f".{doc.id}.log")
-        with open(log, "ab") as fh:
+        # the log holds what the run says: as private as the database beside it
+        with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as fh:
             subprocess.Popen(
                 [sys.executable, "-m", "oarlock.cli", "--db", str(_db(args)), "resume", doc.id],
                 stdout=fh,
@@ -177,19 +187,30 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        print(f"run {doc.id} started in the background (log: {log})")
+        print(f"run {line(doc.id)} started in the background (log: {line(log)})")
         return EXIT_OK
     async with agent.connected():
-        doc = await _runner(agent, store).start(
-            args.input, tags=_tags(args.tag), agent_ref=agent_file
-        )
+        doc = await _runner(agent, store).start(args.input, tags=tags, agent_ref=agent_file)
     return _finish(doc)
+
+
+def _run_json(run: dict[str, Any]) -> dict[str, Any]:
+    """A run of ``read_runs`` as ``runs list --json`` prints it (camelCase members)."""
+    return {
+        "id": run["id"],
+        "agent": run["agent"],
+        "status": run["status"],
+        "tags": run["tags"],
+        "turns": run["turns"],
+        "createdAt": run["created_at"],
+        "updatedAt": run["updated_at"],
+    }
 
 
 def _list(args: argparse.Namespace, store: SQLiteStore) -> int:
     runs = store.read_runs(status=args.status, tags=_tags(args.tag), limit=args.limit)
     if args.json:
-        print(json.dumps(runs, indent=2))
+        print(dumps([_run_json(r) for r in runs]))
     elif runs:
         print_runs(runs)
     else:
@@ -209,7 +230,7 @@ async def _export(args: argparse.Namespace, store: RunStore) -> int:
     stored = await store.load(args.run_id)
     doc = stored.document
     doc.format = "oar/0.2"
-    print(json.dumps(dump(doc), indent=2, ensure_ascii=False))
+    print(dumps(dump(doc)))
     return EXIT_OK
 
 
@@ -220,15 +241,36 @@ async def _decide(args: argparse.Namespace, store: RunStore) -> int:
         return await _decide_with(args, _runner(agent, store, approver))
 
 
+def _edited(text: str | None) -> dict[str, Any] | None:
+    """The arguments of ``--edit``: a JSON object of finite numbers."""
+    if not text:
+        return None
+    import json
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not a JSON number")
+
+    def finite(number: str) -> float:
+        value = float(number)
+        if value in (float("inf"), float("-inf")):
+            raise ValueError(f"{number} is too large for a JSON number")
+        return value
+
+    try:
+        edited = json.loads(text, parse_constant=refuse, parse_float=finite)
+    except RecursionError:
+        raise OarlockError("--edit is nested too deeply", code="usage") from None
+    except ValueError as exc:
+        raise OarlockError(f"--edit is not JSON: {exc}", code="usage") from None
+    if not isinstance(edited, dict):
+        raise OarlockError("--edit must be a JSON object", code="usage")
+    return edited
+
+
 async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
-    edited = None
-    if getattr(args, "edit", None):
-        try:
-            edited = json.loads(args.edit)
-        except ValueError as exc:
-            raise OarlockError(f"--edit is not JSON: {exc}", code="usage") from None
-        if not isinstance(edited, dict):
-            raise OarlockError("--edit must be a JSON object", code="usage")
+    from oarlock.cli._keys import principal_default
+
+    edited = _edited(getattr(args, "edit", None))
     doc = await runner.decide(
         args.run_id,
         args.call_id,
@@ -236,19 +278,35 @@ async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
         reason=args.reason,
         edited_arguments=edited,
         response=getattr(args, "text", None),
-        principal=args.principal,  # else the approver key's, else "human"
+        # else the approver key's principal, else the user's
+        principal=args.principal or (None if runner.approver else principal_default()),
         expires_in=getattr(args, "expires_in", None),
     )
-    print(f"{args.call_id}: {args.decision}")
+    print(f"{line(args.call_id)}: {args.decision}")
     if doc.status == "running" and not args.no_resume:
-        doc = await runner.resume(args.run_id)
+        doc = await _resumed(runner, args.run_id)
     return _finish(doc)
+
+
+async def _resumed(runner: Runner, run_id: str) -> RunDocument:
+    """``runner.resume``; a run another process is driving (it saved a step while this
+    one worked on the same step) is refused with code ``run_busy``."""
+    try:
+        return await runner.resume(run_id)
+    except ConflictError as exc:
+        if exc.code not in ("conflict", "busy"):
+            raise
+        raise OarlockError(
+            f"run {run_id} is being run by another process (it saved a step while this one "
+            f"was taking the same step); see where it stands with: oarlock runs show {run_id}",
+            code="run_busy",
+        ) from None
 
 
 async def _resume(args: argparse.Namespace, store: RunStore) -> int:
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
-        doc = await _runner(agent, store).resume(args.run_id)
+        doc = await _resumed(_runner(agent, store), args.run_id)
     return _finish(doc)
 
 
@@ -256,7 +314,7 @@ async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
     from oarlock.engine._runner import cancel_run
 
     doc = await cancel_run(store, args.run_id, args.reason)
-    print(f"run {doc.id}: cancelled")
+    print(f"run {line(doc.id)}: cancelled")
     return EXIT_OK
 
 
@@ -274,16 +332,16 @@ async def _replay(args: argparse.Namespace, store: RunStore) -> int:
         while doc.status == "waiting_approval":
             doc = await _replay_decisions(runner, doc, store, args.run_id)
     print(
-        f"replay run {doc.id}: {doc.status} after {doc.turns} turns "
-        f"(original: {stored.document.status} after {stored.document.turns})"
+        f"replay run {line(doc.id)}: {line(doc.status)} after {doc.turns} turns "
+        f"(original: {line(stored.document.status)} after {stored.document.turns})"
     )
     if not model.divergences:
         print("no divergence: the replay matches the original")
         return EXIT_OK
     for d in model.divergences:
         print(
-            f"diverges at message {d.message_index}:\n  original: {d.expected}\n"
-            f"  replay:   {d.actual}"
+            f"diverges at message {d.message_index}:\n  original: {line(d.expected)}\n"
+            f"  replay:   {line(d.actual)}"
         )
     return EXIT_INVALID
 
@@ -334,28 +392,24 @@ _COMMANDS: dict[str, Command] = {
 
 def run_command(args: argparse.Namespace, command: Command) -> int:
     """Run one command against the run database; an OarlockError becomes its message
-    and exit status 1 (2 for a usage error)."""
+    and exit status 1 (2 for a usage error). Only ``run`` may create the database."""
     import asyncio
 
+    create = getattr(args, "action", None) in _CREATES
     try:
-        return asyncio.run(_with_store(args, lambda store: command(args, store)))
+        return asyncio.run(_with_store(args, lambda store: command(args, store), create=create))
     except OarlockError as exc:
         return refused(exc)
 
 
 def read_command(args: argparse.Namespace, command: ReadCommand) -> int:
-    """:func:`run_command` for a command that only reads: synchronous, no event loop."""
+    """:func:`run_command` for a command that only reads: synchronous, no event loop, and
+    never creating the database."""
     try:
-        with SQLiteStore(_db(args)) as store:
+        with open_store(args) as store:
             return command(args, store)
     except OarlockError as exc:
         return refused(exc)
-
-
-def refused(exc: OarlockError) -> int:
-    """Say why a command was refused; its exit status (2 for a usage error, else 1)."""
-    print(f"oarlock: {exc}", file=sys.stderr)
-    return EXIT_USAGE if exc.code == "usage" else EXIT_INVALID
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -4,7 +4,12 @@ Each view reads JSON: a run document is a dict with the stored camelCase members
 store holds it (``SQLiteStore.read_document``) or as ``dump(doc)`` gives it for a
 :class:`RunDocument`; events and runs are as ``SQLiteStore.read_events`` and ``read_runs``
 give them. So the views need neither pydantic nor the store's dataclasses, and ``oarlock
-runs show`` starts fast."""
+runs show`` starts fast.
+
+Every value from a run (ids, names, tags, text, arguments, results, errors) is shown through
+the renderer: :func:`~oarlock._render.line` on one line, :func:`~oarlock._render.block` for
+text of several lines (its later lines indented under the label), :func:`~oarlock._render.cell`
+in the run table."""
 
 from __future__ import annotations
 
@@ -12,11 +17,25 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from oarlock._render import block, cell, line
+
 __all__ = ["print_pending", "print_runs", "print_summary", "timeline"]
+
+_LABEL = 9  # width of the timeline's labels ("assistant")
+_UNDER = " " * (_LABEL + 2)  # later lines of a labelled text, under its first
 
 
 def _args(arguments: dict[str, Any]) -> str:
-    return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
+    return line(json.dumps(arguments, ensure_ascii=False, separators=(", ", ": ")))
+
+
+def _tags(tags: Mapping[str, Any]) -> str:
+    return " ".join(line(f"{k}={v}") for k, v in sorted(tags.items()))
+
+
+def _labelled(label: str, text: str) -> str:
+    """``label: text``, the text's later lines under its first."""
+    return f"{label:>{_LABEL}}: {block(text, indent=_UNDER)}"
 
 
 def _text(content: str) -> str:
@@ -39,12 +58,12 @@ def timeline(doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> lis
     """The run (a run document and its events, as JSON) as lines: each message, call,
     result and decision, then usage and status."""
     lines = [
-        f"run {doc['id']}  agent {doc['agent']}  model {doc['model']}",
-        f"status {doc['status']}  turns {doc['turns']}  created {doc['createdAt']}  "
-        f"updated {doc['updatedAt']}",
+        f"run {line(doc['id'])}  agent {line(doc['agent'])}  model {line(doc['model'])}",
+        f"status {line(doc['status'])}  turns {line(doc['turns'])}  "
+        f"created {line(doc['createdAt'])}  updated {line(doc['updatedAt'])}",
     ]
     if tags := doc.get("tags"):
-        lines.append("tags " + " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
+        lines.append("tags " + _tags(tags))
     decisions = {
         e["data"]["toolCallId"]: e["data"] for e in events if e["kind"] == "approval_decided"
     }
@@ -53,40 +72,45 @@ def timeline(doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> lis
         for part in msg["content"]:
             if part["type"] == "text":
                 who = "assistant" if msg["role"] == "assistant" else "user"
-                lines.append(f"{who:>9}: {_clip(part['text'])}")
+                lines.append(_labelled(who, _clip(part["text"])))
             elif part["type"] == "tool_call":
                 call_id = part["id"]
-                lines.append(f"{'call':>9}: {call_id} {part['name']}({_args(part['arguments'])})")
+                lines.append(
+                    f"{'call':>{_LABEL}}: {line(call_id)} {line(part['name'])}"
+                    f"({_args(part['arguments'])})"
+                )
                 if call_id in decisions:
-                    lines.append(f"{'decision':>9}: {_decision(decisions[call_id])}")
+                    lines.append(f"{'decision':>{_LABEL}}: {_decision(decisions[call_id])}")
             else:
                 mark = "error" if part.get("isError", False) else "result"
-                lines.append(f"{mark:>9}: {part['toolCallId']} {_clip(_text(part['content']))}")
+                text = f"{line(part['toolCallId'])} {_clip(_text(part['content']))}"
+                lines.append(_labelled(mark, text))
     for appr in doc["pendingApprovals"]:
         state = appr.get("decision") or "PENDING"
         lines.append(
-            f"{'approval':>9}: {appr['toolCallId']} {appr['toolName']}"
-            f"({_args(appr['arguments'])}) {state}"
+            f"{'approval':>{_LABEL}}: {line(appr['toolCallId'])} {line(appr['toolName'])}"
+            f"({_args(appr['arguments'])}) {line(state)}"
         )
     for res in doc["bufferedToolResults"]:
-        lines.append(f"{'buffered':>9}: {res['toolCallId']} {_clip(_text(res['content']))}")
+        text = f"{line(res['toolCallId'])} {_clip(_text(res['content']))}"
+        lines.append(_labelled("buffered", text))
     lines.append("")
     lines.extend(_usage_lines(doc))
     if doc.get("result") is not None:
-        lines.append(f"result: {doc['result']}")
+        lines.append(f"result: {block(doc['result'], indent=_UNDER)}")
     if doc.get("error") is not None:
-        lines.append(f"error: {doc['error']}")
+        lines.append(f"error: {block(doc['error'], indent=_UNDER)}")
     return lines
 
 
 def _decision(d: dict[str, Any]) -> str:
-    text = f"{d['decision']} by {d['decidedBy']}"
+    text = f"{line(d['decision'])} by {line(d['decidedBy'])}"
     if "editedArguments" in d:
         text += f", arguments edited to {_args(d['editedArguments'])}"
     if "reason" in d:
-        text += f": {d['reason']}"
+        text += f": {line(d['reason'])}"
     if "response" in d:
-        text += f": {_clip(d['response'])}"
+        text += f": {line(_clip(d['response']))}"
     return text
 
 
@@ -104,44 +128,44 @@ def print_pending(doc: Mapping[str, Any]) -> None:
     for appr in doc["pendingApprovals"]:
         if appr.get("decision") is None:
             print(
-                f"  waiting for a decision on {appr['toolCallId']}: "
-                f"{appr['toolName']}({_args(appr['arguments'])})"
+                f"  waiting for a decision on {line(appr['toolCallId'])}: "
+                f"{line(appr['toolName'])}({_args(appr['arguments'])})"
             )
     for res in doc["bufferedToolResults"]:
-        text = _clip(_text(res["content"]), 120)
-        print(f"  buffered result of {res['toolCallId']} ({res['toolName']}): {text}")
+        text = line(_clip(_text(res["content"]), 120))
+        print(f"  buffered result of {line(res['toolCallId'])} ({line(res['toolName'])}): {text}")
 
 
 def print_summary(doc: Mapping[str, Any]) -> None:
     """Where a run (a run document as JSON) stands, after a command moved it."""
-    run_id, status = doc["id"], doc["status"]
-    print(f"run {run_id}: {status} after {doc['turns']} turns")
-    if status == "waiting_approval":
+    run_id, status = line(doc["id"]), line(doc["status"])
+    print(f"run {run_id}: {status} after {line(doc['turns'])} turns")
+    if doc["status"] == "waiting_approval":
         print_pending(doc)
         print(
             f"  decide with: oarlock approve {run_id} CALL_ID  |  oarlock deny {run_id} "
             "CALL_ID --reason TEXT"
         )
     if doc.get("result") is not None:
-        print(f"result: {doc['result']}")
+        print(f"result: {block(doc['result'], indent=_UNDER)}")
     if doc.get("error") is not None:
-        print(f"error: {doc['error']}")
-    for line in _usage_lines(doc):
-        print(line)
+        print(f"error: {block(doc['error'], indent=_UNDER)}")
+    for text in _usage_lines(doc):
+        print(text)
 
 
 def print_runs(runs: Sequence[Mapping[str, Any]]) -> None:
-    """The run table; ``runs`` as ``SQLiteStore.read_runs`` gives them."""
+    """The run table; ``runs`` as ``SQLiteStore.read_runs`` gives them. Not on a terminal,
+    one run a line, its fields separated by tabs (a tab in a field shows as ``\\t``)."""
     import sys
 
+    fields = [
+        (r["id"], r["agent"], r["status"], r["turns"], r["updated_at"], _tags(r["tags"]))
+        for r in runs
+    ]
     if not sys.stdout.isatty():
-        for r in runs:
-            tags = " ".join(f"{k}={v}" for k, v in sorted(r["tags"].items()))
-            print(
-                "\t".join(
-                    (r["id"], r["agent"], r["status"], str(r["turns"]), r["updated_at"], tags)
-                )
-            )
+        for row in fields:
+            print("\t".join(line(value) for value in row))
         return
     from rich.console import Console
     from rich.table import Table
@@ -149,13 +173,6 @@ def print_runs(runs: Sequence[Mapping[str, Any]]) -> None:
     table = Table(box=None, pad_edge=False)
     for col in ("run", "agent", "status", "turns", "updated", "tags"):
         table.add_column(col, no_wrap=col in ("run", "updated"))
-    for r in runs:
-        table.add_row(
-            r["id"],
-            r["agent"],
-            r["status"],
-            str(r["turns"]),
-            r["updated_at"],
-            " ".join(f"{k}={v}" for k, v in sorted(r["tags"].items())),
-        )
+    for row in fields:
+        table.add_row(*(cell(value) for value in row))
     Console().print(table)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import stat
 import sys
@@ -11,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from oarlock._render import dumps, line
 from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from oarlock.errors import DocumentInvalid, FormatError, UpgradeError
 from oarlock.formats import Problem, Report, downgrade, loads_strict, upgrade, validate
@@ -19,7 +19,7 @@ __all__ = ["run_upgrade", "run_validate"]
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
-    print(f"oarlock: {message}", file=sys.stderr)
+    print(f"oarlock: {line(message)}", file=sys.stderr)
     return code
 
 
@@ -67,7 +67,7 @@ def run_validate(args: argparse.Namespace) -> int:
     valid = all(r.valid for _, r in reports)
     if args.json:
         out = {"valid": valid, "files": [{"path": n, **r.to_json()} for n, r in reports]}
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        print(dumps(out))
     else:
         for name, report in reports:
             _print_report(name, report)
@@ -80,12 +80,17 @@ def _print_report(name: str, report: Report) -> None:
     what: str = report.kind or "unknown kind"
     if report.format:
         what += f", {report.format}"
+    what = line(what)
     if report.valid:
-        print(f"{name}: valid ({what}{', schema only' if report.schema_only else ''})")
+        print(f"{line(name)}: valid ({what}{', schema only' if report.schema_only else ''})")
         return
-    print(f"{name}: invalid ({what})")
+    print(f"{line(name)}: invalid ({what})")
     for p in report.errors:
-        print(f"  {p.pointer or '/'}  [{p.rule}]  {p.message}")
+        print(_problem(p))
+
+
+def _problem(p: Problem) -> str:
+    return f"  {line(p.pointer or '/')}  [{line(p.rule)}]  {line(p.message)}"
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
@@ -100,11 +105,11 @@ def run_upgrade(args: argparse.Namespace) -> int:
         converted = upgrade(document) if args.to == "oar/0.2" else downgrade(document)
     except DocumentInvalid as exc:
         for p in exc.report.errors:
-            print(f"  {p.pointer or '/'}  [{p.rule}]  {p.message}", file=sys.stderr)
+            print(_problem(p), file=sys.stderr)
         return _fail(f"{args.path}: not a valid run document; nothing written", EXIT_INVALID)
     except (FormatError, UpgradeError) as exc:
         return _fail(f"{args.path}: {exc}", EXIT_INVALID)
-    text = json.dumps(converted, indent=2, ensure_ascii=False) + "\n"
+    text = dumps(converted, redact=False) + "\n"  # lossless: escapes, never redaction
     target = args.path if args.in_place else args.output
     if target is None:
         sys.stdout.write(text)

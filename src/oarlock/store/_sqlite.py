@@ -19,6 +19,11 @@ compressing it each time made a turn about 5% slower. A stored document is compr
 it is a BLOB that does not start with ``{``; anything else is JSON (running runs, and the
 documents written before schema version 3). zlib is imported on first use.
 
+The database file is created readable and writable by its owner only (0600; SQLite gives its
+``-wal``, ``-shm`` and journal files the same mode), and every folder made for it is 0700.
+An existing file or folder keeps its mode. ``create=False`` opens only a database that
+exists (for commands that only read, so that a mistyped path is reported, not created).
+
 The SQL lives in ``sql/sqlite_queries.sql`` (named queries) and ``sql/sqlite_migrations/``
 (the schema, one numbered file per version, recorded in ``PRAGMA user_version``).
 """
@@ -112,6 +117,79 @@ def _statements(script: str) -> Iterator[str]:
         yield buffer
 
 
+def _made_folder(folder: Path) -> None:
+    """Make ``folder`` and its missing parents, each 0700 whatever the umask; an existing
+    folder is left as it is. StoreError when a parent is a file or cannot be written."""
+    missing: list[Path] = []
+    here = folder
+    while not here.exists():
+        if here.is_symlink():  # a dangling link: mkdir would fail on it as on a file
+            break
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    if here.exists() and not here.is_dir():
+        raise StoreError(
+            f"cannot create the database in {folder}: {here} is a file, not a folder",
+            code="db_path_invalid",
+        )
+    for part in reversed(missing):
+        try:
+            os.mkdir(part, 0o700)
+        except FileExistsError:
+            if not part.is_dir():
+                raise StoreError(
+                    f"cannot create the database in {folder}: {part} is not a folder",
+                    code="db_path_invalid",
+                ) from None
+            continue
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the folder {part} for the database: "
+                f"{exc.strerror or type(exc).__name__}",
+                code="db_unwritable",
+            ) from None
+        os.chmod(part, 0o700)
+
+
+def _made_file(path: Path) -> None:
+    """Create the database file, empty and 0600, unless it exists (then it keeps its
+    mode). SQLite takes an empty file for a new database."""
+    _made_folder(path.parent)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the database {path}: {exc.strerror or type(exc).__name__}",
+            code="db_unwritable",
+        ) from None
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+    finally:
+        os.close(fd)
+
+
+def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
+    """A connection to ``path``; with ``create=False`` SQLite itself refuses to create the
+    file (``mode=rw``), so a database removed after the check is not made again."""
+    if str(path) == ":memory:":
+        return sqlite3.connect(":memory:", isolation_level=None)
+    if path.is_dir():
+        raise StoreError(f"{path} is a folder, not a database file", code="db_path_invalid")
+    if create:
+        _made_file(path)
+        return sqlite3.connect(path, isolation_level=None)
+    if not path.exists():
+        raise NotFound(f"no database at {path}", code="no_database")
+    from urllib.parse import quote
+
+    uri = "file:" + quote(os.fsencode(path.absolute())) + "?mode=rw"
+    return sqlite3.connect(uri, uri=True, isolation_level=None)
+
+
 def _store_error(exc: sqlite3.Error, doing: str) -> StoreError:
     busy = getattr(exc, "sqlite_errorname", "") in {"SQLITE_BUSY", "SQLITE_LOCKED"}
     return StoreError(f"sqlite failed while {doing}: {exc}", code="store_busy" if busy else None)
@@ -189,19 +267,25 @@ def _summary(row: sqlite3.Row) -> dict[str, Any]:
 
 
 class SQLiteStore:
-    """A :class:`~oarlock.store.RunStore` in the SQLite database at ``path``."""
+    """A :class:`~oarlock.store.RunStore` in the SQLite database at ``path``, created
+    (0600, in folders made 0700) unless ``create=False``, which raises
+    :class:`~oarlock.errors.NotFound` (code ``no_database``) when there is none."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn: sqlite3.Connection | None = None
         self._governance: SQLiteGovernanceStore | None = None
         self._flushing = True  # synchronous = FULL (see _transaction)
         self._group = GroupCommit(self)
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None)
+            conn = _connect(self.path, create=create)
         except sqlite3.Error as exc:
             raise _store_error(exc, f"opening {self.path}") from exc
+        except OSError as exc:  # a name too long, a folder that cannot be read
+            raise StoreError(
+                f"cannot open the database {self.path}: {exc.strerror or type(exc).__name__}",
+                code="db_unusable",
+            ) from None
         try:
             self._open(conn)
         except BaseException:
