@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from oarlock._secrets import redact
 from oarlock.errors import (
     CanonicalizationError,
     ConflictError,
@@ -502,7 +503,8 @@ class GovernedExecutor:
             usage["bytesOut"] = len(raw)
         receipt["usage"] = usage
         if error is not None:
-            receipt["error"] = {"code": error[0], "message": sanitize(error[1], max_chars=4000)}
+            message = sanitize(redact(error[1]), max_chars=4000)
+            receipt["error"] = {"code": error[0], "message": message}
         receipt["receiptHash"] = digest(receipt)
         return receipt
 
