@@ -42,9 +42,13 @@ _MIN_SECRET = 8
 _ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
 _ENV_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
 
-_SECRET_NAME = re.compile(
-    r"(?i)key|token|secret|passw|pwd|auth|credential|cookie|session|signature|private"
-)
+_SECRET_WORDS = frozenset(
+    {
+        "auth", "authorization", "cookie", "credential", "credentials", "key", "pass",
+        "passwd", "password", "private", "pwd", "secret", "session", "signature", "token",
+    }
+)  # fmt: skip
+_SECRET_ENDINGS = ("key", "token", "secret", "password", "passwd", "credentials")
 _SCHEMES = ("bearer ", "basic ", "token ", "bot ")
 
 _lock = threading.Lock()
@@ -73,9 +77,13 @@ def register_secret(value: str | None) -> None:
 
 
 def looks_secret(name: str) -> bool:
-    """Whether a header or variable named ``name`` holds a secret by its name
-    (``Authorization``, ``X-Api-Key``, ``Cookie``, ``GITHUB_TOKEN``, ``DB_PASSWORD``...)."""
-    return isinstance(name, str) and _SECRET_NAME.search(name) is not None
+    """Whether a header or variable named ``name`` holds a secret by its name: one of its
+    words (split at ``-``, ``_``...) is a secret word or ends like one (``Authorization``,
+    ``X-Api-Key``, ``Cookie``, ``GITHUB_TOKEN``, ``PGPASSWORD``; not ``GIT_AUTHOR_NAME``)."""
+    if not isinstance(name, str):
+        return False
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
 
 
 def register_named(name: str, value: str | None) -> None:

@@ -193,3 +193,34 @@ def test_no_key_of_the_environment_survives_in_the_cli_of_another_process(
     shown = cli("runs", "show", run["id"])
     assert shown.returncode == 0 and "error: model error (auth_failed)" in shown.stdout
     assert KEY not in shown.stdout
+
+
+async def test_an_adapters_error_and_its_traceback_hold_no_echoed_key(
+    openai_server: ow.FakeOpenAI,
+) -> None:
+    import traceback
+
+    from oarlock.errors import ModelError
+    from oarlock.formats._models import TextPart, UserMessage
+    from oarlock.models._anthropic import AnthropicModel
+    from oarlock.models._base import ModelRequest
+
+    request = ModelRequest(
+        "", [UserMessage(role="user", content=[TextPart(type="text", text="hi")])]
+    )
+    openai_server.reply(echo_401)
+    with aw.FakeAnthropic() as server:
+        server.error(401, "authentication_error", f"invalid x-api-key: {KEY}")
+        for model in (
+            OpenAIModel(
+                "m", base_url=openai_server.base_url, api_key=KEY, provider="openai-compatible"
+            ),
+            AnthropicModel(aw.MODEL, base_url=server.base_url, api_key=KEY),
+        ):
+            try:
+                with pytest.raises(ModelError) as info:
+                    await model.respond(request)
+            finally:
+                await model.aclose()
+            assert info.value.code == "auth_failed" and "[redacted]" in str(info.value)
+            assert KEY not in "".join(traceback.format_exception(info.value))

@@ -3,8 +3,9 @@ standard library only) that answers ``POST /v1/messages`` with scripted replies 
 wire format of the real API (JSON messages, error bodies, and server-sent events), and
 records every request's body and headers so that a test can assert what was sent.
 
-Replies are queued (``server.reply(...)``, ``server.stream(...)``, ``server.error(...)``)
-and used one per request, in order; a request with none queued gets a 500 that names the
+Replies are queued (``server.reply(...)``, ``server.stream(...)``, ``server.error(...)``,
+or ``server.answer_with(make)``, a body made from the request when it comes) and used one
+per request, in order; a request with none queued gets a 500 that names the
 problem. The fixture builders (:func:`message`, :func:`text`, :func:`tool_use`,
 :func:`usage`) make bodies shaped like the API's, and :func:`events` turns such a body
 into the stream of events the API would send for it.

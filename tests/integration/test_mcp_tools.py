@@ -240,7 +240,17 @@ async def test_listing_names_descriptions_schemas_and_classes() -> None:
     async with connected(stdio(), strict, paged) as mcp:
         tools = by_name(mcp)
         srv = {n.split(".", 1)[1]: t for n, t in tools.items() if n.startswith("srv.")}
-        assert set(srv) == {"add", "delete_file", "post", "fail", "slow", "crash", "picture", "pid"}
+        assert set(srv) == {
+            "add",
+            "delete_file",
+            "post",
+            "fail",
+            "check_token",
+            "slow",
+            "crash",
+            "picture",
+            "pid",
+        }
         add = srv["add"]
         assert add.description == "Add two integers."
         assert add.mcp_server_id == "srv"
@@ -258,6 +268,7 @@ async def test_listing_names_descriptions_schemas_and_classes() -> None:
             "delete_file": "spend",  # destructiveHint: the cautious class
             "post": "external",  # openWorldHint only
             "fail": "read",
+            "check_token": "read",
             "slow": "read",
             "crash": "read",
             "picture": "read",

@@ -198,6 +198,15 @@ async def test_chat_errors_inside_a_stream_are_classified_like_http_errors(
     assert "openai:gpt-4.1" in str(info.value)
 
 
+async def test_a_finish_reason_of_error_is_a_server_error(server: ow.FakeOpenAI) -> None:
+    chunk = {**OPENROUTER_CHUNK}
+    del chunk["error"]
+    server.reply(ow.Reply(events=[*ow.chat_chunks(["Hel"], done=False), chunk, "[DONE]"]))
+    with pytest.raises(RetryableModelError) as info:
+        await ask(server, request(lambda _: None))
+    assert info.value.code == "server_error"
+
+
 async def test_a_run_is_not_retried_on_a_400_inside_the_stream(server: ow.FakeOpenAI) -> None:
     bad = {"error": {"code": 400, "message": "Provider returned error"}}
     for _ in range(4):

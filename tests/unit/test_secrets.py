@@ -21,13 +21,18 @@ from oarlock._secrets import looks_secret, redact, register_named, register_url
         "DB_PASSWORD",
         "AWS_SECRET_ACCESS_KEY",
         "x-goog-session",
+        "PGPASSWORD",
+        "HF_TOKEN",
+        "x-apikey",
     ],
 )
 def test_names_that_say_secret(name: str) -> None:
     assert looks_secret(name)
 
 
-@pytest.mark.parametrize("name", ["Accept", "X-Tenant", "NOTES_DIR", "LANG", "User-Agent"])
+@pytest.mark.parametrize(
+    "name", ["Accept", "X-Tenant", "NOTES_DIR", "LANG", "User-Agent", "GIT_AUTHOR_NAME", "KEYBOARD"]
+)
 def test_names_that_do_not(name: str) -> None:
     assert not looks_secret(name)
 

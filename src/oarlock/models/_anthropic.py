@@ -234,7 +234,8 @@ class AnthropicModel:
         try:
             return names.restore(await self._respond(request, names))
         except ModelError as exc:
-            raise redacted(exc) from exc.__cause__
+            error = redacted(exc)
+            raise error from error.__cause__
 
     async def _respond(self, request: ModelRequest, names: ToolNames) -> ModelResponse:
         client = self._client_for_this_loop()

@@ -87,11 +87,17 @@ class TurnText:
 
 def redacted(error: ModelError) -> ModelError:
     """``error`` with every secret taken out of its message (:func:`oarlock._secrets.redact`):
-    providers and proxies may echo the key they were sent."""
+    providers and proxies may echo the key they were sent. The SDK's exception it was
+    raised from is let go when its text holds a secret, so that no traceback shows it."""
     text = redact(error.message)
     if text != error.message:
         error.message = text
         error.args = (text,)
+    for linked in (error.__cause__, error.__context__):
+        if linked is not None and redact(str(linked)) != str(linked):
+            error.__cause__ = error.__context__ = None
+            error.__suppress_context__ = True
+            break
     return error
 
 

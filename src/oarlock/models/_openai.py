@@ -196,7 +196,8 @@ class OpenAIModel:
             else:
                 response = await self._respond_chat(client, request)
         except ModelError as exc:
-            raise redacted(exc) from exc.__cause__
+            error = redacted(exc)
+            raise error from error.__cause__
         return names.restore(response)
 
     async def aclose(self) -> None:
@@ -313,6 +314,7 @@ class OpenAIModel:
                 async for event in events:
                     if event.data.strip() == "[DONE]":
                         acc.done = True
+                        await _drain(events)
                         break
                     data = self._parse(json.loads, event.data)
                     if isinstance(data, dict) and event.name and "type" not in data:
@@ -481,6 +483,18 @@ def _sdk() -> ModuleType:
             f"the OpenAI models need the openai package: {_INSTALL}", code="missing_extra"
         ) from exc
     return openai
+
+
+async def _drain(events: AsyncGenerator[Any, None], within: float = 1.0) -> None:
+    """Read what follows ``[DONE]`` (the end of the body, as a rule), so that the connection
+    can serve the next request; a server that keeps the stream open is not waited for."""
+
+    async def rest() -> None:
+        async for _ in events:
+            pass
+
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(rest(), within)
 
 
 def _httpx() -> ModuleType | None:

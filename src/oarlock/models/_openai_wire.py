@@ -334,7 +334,12 @@ class _ChatStream:
         for choice in choices:
             if _get(choice, "index", 0) not in (0, None):
                 continue
-            if _get(choice, "finish_reason"):
+            finish = _get(choice, "finish_reason")
+            if finish == "error":  # OpenRouter's, when the provider behind it failed
+                raise RetryableModelError(
+                    "the server ended the answer with an error", code="server_error"
+                )
+            if finish:
                 self.finished = True
             delta = _get(choice, "delta")
             if delta is None:
@@ -433,7 +438,7 @@ class _ResponsesStream:
     calls: dict[Any, _Call] = field(default_factory=dict)
     final: Any = None
     events: int = 0
-    done: bool = False
+    done: bool = False  # a [DONE] (the API sends none): the final response still decides
 
     def feed(self, event: Any) -> str:
         if isinstance(event, str | bytes) or event is None:
