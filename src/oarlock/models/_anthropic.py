@@ -42,7 +42,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from oarlock._secrets import register_secret, register_url
+from oarlock._secrets import redact, register_secret, register_url
 from oarlock.errors import ConfigError, ModelError, RetryableModelError
 from oarlock.formats._models import (
     Message,
@@ -180,6 +180,12 @@ class AnthropicModel:
             )
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ConfigError(f"timeout must be a number of seconds above 0, not {timeout!r}")
+        if base_url is not None and not (
+            isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
+        ):
+            raise ConfigError(f"base_url must be an http(s) URL, not {redact(repr(base_url))}")
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            raise ConfigError("api_key must be a non-empty string")
         if not _sdk_available():
             raise ConfigError(
                 f"the Anthropic model needs the anthropic SDK: {_INSTALL}", code="missing_extra"

@@ -77,7 +77,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from oarlock._secrets import register_secret, register_url
+from oarlock._secrets import redact, register_secret, register_url
 from oarlock.errors import ConfigError, ModelError, RetryableModelError
 from oarlock.models import _sse
 from oarlock.models._base import ModelRequest, ModelResponse, redacted
@@ -141,8 +141,12 @@ class OpenAIModel:
             raise ConfigError(f"provider must be 'openai' or 'openai-compatible', not {provider!r}")
         if provider == "openai-compatible" and not base_url:
             raise ConfigError("an OpenAI-compatible model needs a base_url")
-        if base_url is not None and not str(base_url).startswith(("http://", "https://")):
-            raise ConfigError(f"base_url must be an http(s) URL, not {base_url!r}")
+        if base_url is not None and not (
+            isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
+        ):
+            raise ConfigError(f"base_url must be an http(s) URL, not {redact(repr(base_url))}")
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            raise ConfigError("api_key must be a non-empty string")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ConfigError(f"timeout must be a number of seconds above 0, not {timeout!r}")
         if max_output_tokens is not None and (
