@@ -6,8 +6,11 @@ error message) or shown (every line the command prints):
 * every **configured secret**: the values of the provider key variables
   (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``OPENAI_COMPATIBLE_API_KEY``, and any
   variable whose name ends in ``_API_KEY``, ``_TOKEN``, ``_SECRET`` or ``_PASSWORD``), and
-  every value passed to :func:`register_secret` (an ``api_key`` in ``model_options``, the
-  headers of an MCP server);
+  every value registered where it is configured: :func:`register_secret` (an ``api_key``
+  given to a model), :func:`register_named` (an MCP server's headers and environment
+  values whose names say they are secret: ``Authorization``, ``X-Api-Key``,
+  ``GITHUB_TOKEN``...) and :func:`register_url` (the password and the secret query
+  parameters of a base URL);
 * **bearer tokens** and other ``Authorization`` header values (``Bearer xyz``,
   ``"authorization": "Basic ..."``);
 * **credentials in URLs** (``https://user:password@host`` keeps the user, not the password);
@@ -22,13 +25,31 @@ from __future__ import annotations
 import os
 import re
 import threading
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-__all__ = ["REDACTED", "redact", "register_secret", "secrets_known"]
+__all__ = [
+    "REDACTED",
+    "looks_secret",
+    "redact",
+    "register_named",
+    "register_secret",
+    "register_url",
+    "secrets_known",
+]
 
 REDACTED = "[redacted]"
 _MIN_SECRET = 8
 _ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
 _ENV_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_COMPATIBLE_API_KEY")
+
+_SECRET_WORDS = frozenset(
+    {
+        "auth", "authorization", "cookie", "credential", "credentials", "key", "pass",
+        "passwd", "password", "private", "pwd", "secret", "session", "signature", "token",
+    }
+)  # fmt: skip
+_SECRET_ENDINGS = ("key", "token", "secret", "password", "passwd", "credentials")
+_SCHEMES = ("bearer ", "basic ", "token ", "bot ")
 
 _lock = threading.Lock()
 _registered: set[str] = set()
@@ -53,6 +74,45 @@ def register_secret(value: str | None) -> None:
     if isinstance(value, str) and len(value) >= _MIN_SECRET:
         with _lock:
             _registered.add(value)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a header or variable named ``name`` holds a secret by its name: one of its
+    words (split at ``-``, ``_``...) is a secret word or ends like one (``Authorization``,
+    ``X-Api-Key``, ``Cookie``, ``GITHUB_TOKEN``, ``PGPASSWORD``; not ``GIT_AUTHOR_NAME``)."""
+    if not isinstance(name, str):
+        return False
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
+
+
+def register_named(name: str, value: str | None) -> None:
+    """Register ``value`` if ``name`` says it is secret (:func:`looks_secret`); for an
+    ``Authorization``-style value (``Bearer xyz``), the credential alone too."""
+    if not looks_secret(name) or not isinstance(value, str):
+        return
+    register_secret(value)
+    scheme = value.lower()
+    for prefix in _SCHEMES:
+        if scheme.startswith(prefix):
+            register_secret(value[len(prefix) :].strip())
+
+
+def register_url(url: str | None) -> None:
+    """Register the password of ``url`` (``https://user:password@host``) and the values
+    of its query parameters whose names say they are secret (``?api_key=...``)."""
+    if not isinstance(url, str) or not url:
+        return
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return
+    if password:
+        register_secret(password)
+        register_secret(unquote(password))
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        register_named(name, value)
 
 
 def _env_secrets() -> list[str]:

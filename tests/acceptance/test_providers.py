@@ -1,6 +1,8 @@
-"""The demo's agent file, unchanged, against an OpenAI-compatible server and Anthropic
-(their local stand-ins, speaking each wire format), through the CLI: the run pauses for
-the refund, a new process approves and finishes it, and every call has its receipt."""
+"""The demo's agent file against an OpenAI-compatible server and Anthropic (their local
+stand-ins, speaking each wire format), through the CLI: the run pauses for the refund, a
+new process approves and finishes it, and every call has its receipt. The demo has a cost
+limit, so a model it runs needs a price: Anthropic's is known, and the OpenAI-compatible
+server's model is priced in a copy of the agent file."""
 
 from __future__ import annotations
 
@@ -70,8 +72,10 @@ def anthropic_server() -> Iterator[aw.FakeAnthropic]:
         yield server
 
 
-def run_to_the_end(cli: Cli, model: str, refund_call: str) -> dict[str, Any]:
-    out = cli("run", str(AGENT_FILE), ASK, "--model", model)
+def run_to_the_end(
+    cli: Cli, model: str, refund_call: str, agent_file: Path = AGENT_FILE
+) -> dict[str, Any]:
+    out = cli("run", str(agent_file), ASK, "--model", model)
     assert out.returncode == 0, out.stderr
     assert "waiting for a decision on " + refund_call in out.stdout
     (run,) = cli.runs()
@@ -91,11 +95,25 @@ def run_to_the_end(cli: Cli, model: str, refund_call: str) -> dict[str, Any]:
     return doc
 
 
-def test_the_demo_agent_runs_unchanged_on_an_openai_compatible_server(
-    cli: Cli, openai_server: ow.FakeOpenAI
+def priced_demo(tmp_path: Path, pattern: str) -> Path:
+    """The demo agent file, next to its script, with a price for ``pattern``."""
+    for source in AGENT_FILE.parent.glob("refund-desk*.yaml"):
+        (tmp_path / source.name).write_text(source.read_text())
+    priced = tmp_path / AGENT_FILE.name
+    priced.write_text(
+        priced.read_text()
+        + f'pricing:\n  "{pattern}": {{input_per_million: 0.2, output_per_million: 0.6}}\n'
+    )
+    return priced
+
+
+def test_the_demo_agent_runs_on_an_openai_compatible_server(
+    cli: Cli, openai_server: ow.FakeOpenAI, tmp_path: Path
 ) -> None:
     model = f"openai-compatible:qwen2.5@{openai_server.base_url}"
-    doc = run_to_the_end(cli, model, "call_refund")
+    agent_file = priced_demo(tmp_path, "openai-compatible:qwen2.5@http://127.0.0.1:*")
+    doc = run_to_the_end(cli, model, "call_refund", agent_file)
+    assert doc["usage"]["costUsd"] > 0
     assert doc["usage"]["inputTokens"] > 0
     bodies = openai_server.bodies()
     assert len(bodies) == 3 and all(b["model"] == "qwen2.5" for b in bodies)

@@ -3,8 +3,9 @@ standard library only) that answers ``POST /v1/messages`` with scripted replies 
 wire format of the real API (JSON messages, error bodies, and server-sent events), and
 records every request's body and headers so that a test can assert what was sent.
 
-Replies are queued (``server.reply(...)``, ``server.stream(...)``, ``server.error(...)``)
-and used one per request, in order; a request with none queued gets a 500 that names the
+Replies are queued (``server.reply(...)``, ``server.stream(...)``, ``server.error(...)``,
+or ``server.answer_with(make)``, a body made from the request when it comes) and used one
+per request, in order; a request with none queued gets a 500 that names the
 problem. The fixture builders (:func:`message`, :func:`text`, :func:`tool_use`,
 :func:`usage`) make bodies shaped like the API's, and :func:`events` turns such a body
 into the stream of events the API would send for it.
@@ -17,7 +18,7 @@ import itertools
 import json
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -177,7 +178,7 @@ class FakeAnthropic:
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
-        self._replies: deque[Reply] = deque()
+        self._replies: deque[Reply | Callable[[Recorded], Any]] = deque()
         self._lock = threading.Lock()
         self._release = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -242,9 +243,20 @@ class FakeAnthropic:
         """Read the request, then never answer (until the server closes)."""
         return self._queue(Reply(hang=True))
 
-    def next_reply(self) -> Reply | None:
+    def answer_with(self, make: Callable[[Recorded], Any]) -> FakeAnthropic:
+        """A JSON reply made from the request when it comes (``make`` gets the recorded
+        request and returns the body)."""
         with self._lock:
-            return self._replies.popleft() if self._replies else None
+            self._replies.append(make)
+        return self
+
+    def next_reply(self, request: Recorded) -> Reply | None:
+        with self._lock:
+            reply = self._replies.popleft() if self._replies else None
+        if callable(reply):
+            data = json.dumps(reply(request)).encode()
+            return Reply(200, {"content-type": "application/json"}, data)
+        return reply
 
     @property
     def bodies(self) -> list[Any]:
@@ -266,12 +278,13 @@ def _handler(server: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = raw.decode("utf-8", "replace")
             headers = {k.lower(): v for k, v in self.headers.items()}
+            recorded = Recorded("POST", self.path, headers, body)
             with server._lock:
-                server.requests.append(Recorded("POST", self.path, headers, body))
+                server.requests.append(recorded)
             if self.path != "/v1/messages":
                 self._json(404, error_body("not_found_error", f"Not found: {self.path}"))
                 return
-            reply = server.next_reply()
+            reply = server.next_reply(recorded)
             if reply is None:
                 self._json(500, error_body("api_error", "the fake server has no reply queued"))
                 return

@@ -151,6 +151,8 @@ async def test_model_id_options_and_no_system_without_instructions(server: FakeA
         ({"model": ""}, "model name"),
         ({"model": "m", "max_tokens": 0}, "max_tokens"),
         ({"model": "m", "timeout": 0}, "timeout"),
+        ({"model": "m", "base_url": "localhost:9"}, "base_url must be an http"),
+        ({"model": "m", "api_key": 12345}, "api_key must be a non-empty string"),
     ],
 )
 def test_bad_options_are_config_errors(arguments: dict[str, Any], problem: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -239,7 +240,17 @@ async def test_listing_names_descriptions_schemas_and_classes() -> None:
     async with connected(stdio(), strict, paged) as mcp:
         tools = by_name(mcp)
         srv = {n.split(".", 1)[1]: t for n, t in tools.items() if n.startswith("srv.")}
-        assert set(srv) == {"add", "delete_file", "post", "fail", "slow", "crash", "picture", "pid"}
+        assert set(srv) == {
+            "add",
+            "delete_file",
+            "post",
+            "fail",
+            "check_token",
+            "slow",
+            "crash",
+            "picture",
+            "pid",
+        }
         add = srv["add"]
         assert add.description == "Add two integers."
         assert add.mcp_server_id == "srv"
@@ -257,6 +268,7 @@ async def test_listing_names_descriptions_schemas_and_classes() -> None:
             "delete_file": "spend",  # destructiveHint: the cautious class
             "post": "external",  # openWorldHint only
             "fail": "read",
+            "check_token": "read",
             "slow": "read",
             "crash": "read",
             "picture": "read",
@@ -550,3 +562,58 @@ async def test_an_agent_run_calls_an_mcp_tool_and_completes() -> None:
     assert len(results) == 1 and unfence(results[0].content) == "42"
     (item,) = await store.governance().receipts()
     assert item.status == "Succeeded" and item.invocation["mcpServerId"] == "srv"
+
+
+# -- secrets --------------------------------------------------------------------------------
+async def test_secrets_a_server_echoes_are_never_stored_or_raised() -> None:
+    from oarlock.engine import Agent, Runner
+    from oarlock.formats import dump_run
+    from oarlock.models import ScriptedModel
+    from oarlock.testing import MemoryStore
+
+    token = "svc-tok-5Kq8Wm2Rx7LpZ"  # known only from the server's env setting
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"id": "t1", "name": "srv.check_token", "arguments": {}}]},
+            {"text": "The backend refused the token."},
+        ]
+    )
+    store = MemoryStore()
+    async with connected(stdio(env={"SERVICE_TOKEN": token})) as mcp:
+        doc = await Runner(Agent("mcp-agent", model, tools=mcp.tools), store).start("check")
+    assert doc.status == "completed"
+    (result,) = doc.messages[2].content
+    assert result.is_error and "the backend refused token [redacted]" in result.content  # type: ignore[union-attr]
+    assert token not in json.dumps(dump_run(doc))
+    (item,) = await store.governance().receipts()
+    assert item.status == "Failed" and "[redacted]" in item.receipt["error"]["message"]
+    assert token not in json.dumps(item.receipt)
+
+    # a server that dies at start, printing its secret to stderr
+    secret = "api-tok-9Hd3Vb6Nq1Ws"
+    script = (
+        "import os, sys; sys.stderr.write('bad ' + os.environ['API_TOKEN'] + '\\n'); sys.exit(3)"
+    )
+    config = MCPServerConfig(
+        "dies", command=[sys.executable, "-c", script], env={"API_TOKEN": secret}
+    )
+    with pytest.raises(ToolError) as err:
+        await connect_mcp([config])
+    assert err.value.code == "mcp_start_failed"
+    assert "bad [redacted]" in str(err.value) and secret not in str(err.value)
+
+
+def test_the_secrets_of_an_http_server_config_are_registered() -> None:
+    from oarlock._secrets import redact
+    from oarlock.tools._mcp import MCPConnection
+
+    token, password, key = "hdr-tok-3Zp8Lq5Xc2Vm", "url-pw-7Rt4Yk1Bn6", "qs-key-2Gh7Jm4Wd9"
+    MCPConnection(
+        MCPServerConfig(
+            "web",
+            url=f"https://desk:{password}@mcp.example.com/mcp?api_key={key}",
+            headers={"Authorization": f"Bearer {token}", "X-Tenant": "acme-corporation-eu"},
+        )
+    )
+    text = f"echo {token} {password} {key} acme-corporation-eu"
+    assert redact(text) == "echo [redacted] [redacted] [redacted] acme-corporation-eu"

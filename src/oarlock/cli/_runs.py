@@ -22,7 +22,7 @@ from oarlock._render import dumps, line
 from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
 from oarlock.cli._show import print_runs, print_summary, timeline
-from oarlock.errors import ConflictError, OarlockError
+from oarlock.errors import ConfigError, ConflictError, OarlockError
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
 if TYPE_CHECKING:  # the engine and the models load only for commands that run agents
@@ -147,17 +147,26 @@ async def _agent_of(store: RunStore, run_id: str) -> Agent:
     agent = load_agent(stored.agent_ref)
     model = stored.document.model
     if model != agent.model.model_id:
-        agent = agent.with_model(load_model(model, Path(stored.agent_ref).parent))
+        try:
+            agent = agent.with_model(load_model(model, Path(stored.agent_ref).parent))
+        except ConfigError as exc:
+            raise ConfigError(f"run {run_id} uses model {model}: {exc}", code=exc.code) from None
     return agent
 
 
 def _load(agent_file: str, model: str | None) -> Agent:
+    """The agent of an agent file, with ``--model`` if given: its script path, if it is
+    one, is taken from here and stored whole, so that later commands, run from anywhere,
+    find it; a cost limit needs its price, as in the file."""
     from oarlock.engine._agentfile import load_agent
-    from oarlock.models._registry import load_model
+    from oarlock.models._registry import load_model, scripted_path
 
     agent = load_agent(agent_file)
     if model is not None and model != agent.model.model_id:
-        agent = agent.with_model(load_model(model, Path.cwd()))
+        try:
+            agent = agent.with_model(load_model(scripted_path(model, Path.cwd()), Path.cwd()))
+        except ConfigError as exc:
+            raise ConfigError(f"--model {model}: {exc}", code=exc.code) from None
     return agent
 
 

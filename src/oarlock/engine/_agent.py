@@ -92,8 +92,12 @@ class Agent:
             self.pricing.require(model.model_id)
 
     def with_model(self, model: ModelAdapter) -> Agent:
-        """This agent (tools, limits, scope, policy) with another model. The toolset is
-        its own, so that MCP tools one of them connects do not appear in the other."""
+        """This agent (tools, limits, scope, policy, prices) with another model. The
+        toolset is its own, so that MCP tools one of them connects do not appear in the
+        other. As when the agent is made, a cost limit needs the model's price: a model
+        without one is refused (``unpriced_model``), never run as if it were free."""
+        if self.limits.max_cost_usd is not None:
+            self.pricing.require(model.model_id)
         other = copy.copy(self)
         other.model, other.tools = model, Toolset(self.tools)
         other.price = self.pricing.price(model.model_id)

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from oarlock._secrets import redact
 from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.governance._approvers import ApproverKey
@@ -55,7 +56,7 @@ def error_result(call: ToolCallPart, message: str) -> ToolResultPart:
         type="tool_result",
         tool_call_id=call.id,
         tool_name=call.name,
-        content=sanitize(message, max_chars=8000),
+        content=sanitize(redact(message), max_chars=8000),
         is_error=True,
     )
 

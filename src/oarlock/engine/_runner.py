@@ -10,7 +10,7 @@ import contextlib
 import random
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
 from oarlock._secrets import redact
@@ -35,7 +35,7 @@ from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._approvers import ApproverKey, process_approver
 from oarlock.governance._executor import GovernedExecutor
 from oarlock.governance._sanitize import sanitize
-from oarlock.models._base import ModelRequest, ModelResponse, TextSink
+from oarlock.models._base import ModelRequest, ModelResponse, TextSink, TurnText
 from oarlock.store._base import Event, RunStore, StoredRun
 from oarlock.tools._tool import ToolArgumentsError
 
@@ -426,8 +426,8 @@ class Runner:
         )
         try:
             response = await self._watch(doc.id, self._respond(request))
-        except ModelError as exc:
-            return core.fail(doc, f"model error ({exc.code}): {exc}", self.clock())
+        except ModelError as exc:  # providers may echo a key: nothing secret is stored
+            return core.fail(doc, redact(f"model error ({exc.code}): {exc}"), self.clock())
         price = self.agent.price
         cost = (
             None
@@ -444,10 +444,15 @@ class Runner:
         )
 
     async def _respond(self, request: ModelRequest) -> ModelResponse:
+        """Ask the model, retrying what may pass; a retried answer's streamed text reaches
+        ``on_text`` once (see :class:`~oarlock.models._base.TurnText`)."""
+        text = None if request.on_text is None else TurnText(request.on_text)
         attempt = 0
         while True:
             attempt += 1
             try:
+                if text is not None:
+                    request = replace(request, on_text=text.attempt())
                 return await self.agent.model.respond(request)
             except RetryableModelError as exc:
                 if attempt >= self.retry.attempts:

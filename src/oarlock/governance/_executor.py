@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from oarlock._secrets import redact
 from oarlock.errors import (
     CanonicalizationError,
     ConfigError,
@@ -551,7 +552,8 @@ class GovernedExecutor:
             usage["bytesOut"] = len(raw)
         receipt["usage"] = usage
         if error is not None:
-            receipt["error"] = {"code": error[0], "message": sanitize(error[1], max_chars=4000)}
+            message = sanitize(redact(error[1]), max_chars=4000)
+            receipt["error"] = {"code": error[0], "message": message}
         receipt["receiptHash"] = digest(receipt)
         return receipt
 
@@ -713,7 +715,7 @@ def _error(call: ToolCallPart, message: str) -> ToolResultPart:
         type="tool_result",
         tool_call_id=call.id,
         tool_name=call.name,
-        content=sanitize(message, max_chars=8000),
+        content=sanitize(redact(message), max_chars=8000),
         is_error=True,
     )
 

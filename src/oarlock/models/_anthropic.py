@@ -23,6 +23,10 @@ And how a response comes back: text blocks become text parts and ``tool_use`` bl
 calls, with their ids, in order; other blocks (thinking, server tools) are left out. A
 ``tool_use`` whose input is not a JSON object keeps it, as JSON text, in ``rawArguments``
 with ``arguments`` empty, so that the engine answers it with an error result.
+
+A tool whose name the API refuses (``server.tool``: only ``A-Za-z0-9_-``, at most 64
+characters) is sent under a safe name, and its calls come back under the real one
+(:mod:`oarlock.models._names`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from oarlock._secrets import redact, register_secret, register_url
 from oarlock.errors import ConfigError, ModelError, RetryableModelError
 from oarlock.formats._models import (
     Message,
@@ -52,7 +57,9 @@ from oarlock.models._base import (
     TextSink,
     assistant_message,
     call_part,
+    redacted,
 )
+from oarlock.models._names import ToolNames
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -74,6 +81,20 @@ _TRUNCATING_STOPS = {
     "model_context_window_exceeded": "filled the model's context window",
 }
 _SPEND_LIMITS = frozenset({"contract_spend_limit_reached", "enforced_spend_limit_reached"})
+# An error event inside a stream comes with the 200 of the stream: its type says what the
+# status would have said.
+_STATUS_OF_TYPE = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
 _CONTEXT_TOO_LONG = re.compile(
     r"prompt is too long|exceeds? (?:the )?context|context (?:limit|window)"
     r"|too many (?:input )?tokens",
@@ -135,7 +156,11 @@ class AnthropicModel:
     raise it without one. A 429 for a reached spend limit is not retried
     (``spend_limit_reached``). 401 and 403 are ``auth_failed``, 404 ``model_not_found``,
     a prompt too long ``context_too_long``, another 400 ``bad_request``, and a response
-    that cannot be read ``bad_response``.
+    that cannot be read ``bad_response``. An ``error`` event inside a stream is classified
+    by its type as the status it stands for (``overloaded_error`` retryable,
+    ``invalid_request_error`` ``bad_request``...). Messages are redacted
+    (:func:`oarlock._secrets.redact`); the key and a base URL's password are registered as
+    secrets when they are given or read.
     """
 
     def __init__(
@@ -155,6 +180,12 @@ class AnthropicModel:
             )
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ConfigError(f"timeout must be a number of seconds above 0, not {timeout!r}")
+        if base_url is not None and not (
+            isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
+        ):
+            raise ConfigError(f"base_url must be an http(s) URL, not {redact(repr(base_url))}")
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            raise ConfigError("api_key must be a non-empty string")
         if not _sdk_available():
             raise ConfigError(
                 f"the Anthropic model needs the anthropic SDK: {_INSTALL}", code="missing_extra"
@@ -164,6 +195,8 @@ class AnthropicModel:
         self.max_tokens = max_tokens
         self.timeout = float(timeout)
         self._api_key = api_key
+        register_secret(api_key)
+        register_url(base_url)
         self._client: AsyncAnthropic | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -187,6 +220,9 @@ class AnthropicModel:
         if self._client is not None and self._loop is loop:
             return self._client
         key = self._api_key or os.environ.get("ANTHROPIC_API_KEY")
+        register_secret(key)
+        if self.base_url is None:  # the SDK reads it from there
+            register_url(os.environ.get("ANTHROPIC_BASE_URL"))
         if not key:
             raise ModelError(
                 "no Anthropic API key: set ANTHROPIC_API_KEY, or pass api_key to AnthropicModel",
@@ -200,6 +236,14 @@ class AnthropicModel:
         return client
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
+        names, request = ToolNames.for_request(request)
+        try:
+            return names.restore(await self._respond(request, names))
+        except ModelError as exc:
+            error = redacted(exc)
+            raise error from error.__cause__
+
+    async def _respond(self, request: ModelRequest, names: ToolNames) -> ModelResponse:
         client = self._client_for_this_loop()
         sdk, httpx2 = _import_sdk()
         system: Any = request.instructions or sdk.omit
@@ -238,13 +282,14 @@ class AnthropicModel:
             if translated is None:
                 raise
             raise translated from exc
-        return self._response(reply)
+        return self._response(reply, names)
 
-    def _response(self, reply: _Reply) -> ModelResponse:
+    def _response(self, reply: _Reply, names: ToolNames) -> ModelResponse:
         if reply.stop_reason in _TRUNCATING_STOPS and reply.blocks and reply.blocks[-1].is_call:
             why = _TRUNCATING_STOPS[reply.stop_reason].format(max_tokens=self.max_tokens)
+            tool = names.real(reply.blocks[-1].name)
             raise ModelError(
-                f"the response {why} while writing a call to tool {reply.blocks[-1].name!r}; "
+                f"the response {why} while writing a call to tool {tool!r}; "
                 "its arguments are cut off, so it was not run: raise max_tokens",
                 code="truncated",
             )
@@ -281,7 +326,10 @@ class AnthropicModel:
         kind = exc.type or _error_type(exc.body)
         said = exc.api_message or _error_message(exc.body) or str(exc.message)
         request_id = f"; request id {exc.request_id}" if exc.request_id else ""
-        detail = f"{status} {kind}: {said}{request_id}" if kind else f"{status}: {said}{request_id}"
+        where = f"{status}" if status >= 400 else "an error event in the stream"
+        detail = f"{where} {kind}: {said}{request_id}" if kind else f"{where}: {said}{request_id}"
+        if status < 400:  # the stream's 200: the type says what the status would have
+            status = _STATUS_OF_TYPE.get(str(kind), 500)
         retry_after = _retry_after(exc.response.headers)
         if status == 429 or kind == "rate_limit_error":
             if exc.error_code in _SPEND_LIMITS:

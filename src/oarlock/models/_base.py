@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from oarlock._secrets import redact
+from oarlock.errors import ModelError
 from oarlock.formats._models import AssistantMessage, Message, TextPart, ToolCallPart
 
 __all__ = [
@@ -15,14 +17,88 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "TextSink",
+    "TurnText",
     "assistant_message",
     "call_part",
+    "redacted",
 ]
 
 
 TextSink = Callable[[str], None]
 """Receives the text of a response as it arrives (streaming); the stored message is the
-assembled whole."""
+assembled whole. When a streamed answer fails and is asked for again, the sink sees each
+answer once (see :class:`TurnText`); a sink with a ``restart()`` method is told when an
+answer starts over."""
+
+
+class TurnText:
+    """What a turn's ``on_text`` is given across the attempts of the turn (the runner
+    retries an answer that was cut off, rate limited or failed on the server).
+
+    A retried attempt streams its answer from its start again. Its text is held back while
+    it repeats what the sink was already given, and passed on from where it goes beyond:
+    an answer given again is seen once. When the new answer departs from what was shown,
+    the sink is told that the answer starts over (its ``restart()`` is called if it has
+    one, else it is given a line break), then it gets the new answer from its start."""
+
+    __slots__ = ("_pos", "_replay", "_replaying", "_shown", "_sink")
+
+    def __init__(self, sink: TextSink) -> None:
+        self._sink = sink
+        self._shown: list[str] = []  # the answer as the sink shows it now
+        self._replay = ""  # what a retried attempt is matched against
+        self._pos = 0  # how much of it the attempt has repeated
+        self._replaying = False
+
+    def attempt(self) -> TextSink:
+        """The sink to give the next attempt."""
+        shown = "".join(self._shown)
+        self._shown = [shown] if shown else []
+        self._replay, self._pos, self._replaying = shown, 0, bool(shown)
+        return self._feed
+
+    def _feed(self, text: str) -> None:
+        if not text:
+            return
+        if not self._replaying:
+            self._shown.append(text)
+            self._sink(text)
+            return
+        rest = self._replay[self._pos :]
+        if rest.startswith(text):  # repeats what was shown
+            self._pos += len(text)
+            self._replaying = self._pos < len(self._replay)
+            return
+        self._replaying = False
+        if text.startswith(rest):  # catches up, and goes beyond
+            new = text[len(rest) :]
+            self._shown.append(new)
+            self._sink(new)
+            return
+        fresh = self._replay[: self._pos] + text  # another answer: it starts over
+        restart = getattr(self._sink, "restart", None)
+        if callable(restart):
+            restart()
+        else:
+            self._sink("\n")
+        self._shown = [fresh]
+        self._sink(fresh)
+
+
+def redacted(error: ModelError) -> ModelError:
+    """``error`` with every secret taken out of its message (:func:`oarlock._secrets.redact`):
+    providers and proxies may echo the key they were sent. The SDK's exception it was
+    raised from is let go when its text holds a secret, so that no traceback shows it."""
+    text = redact(error.message)
+    if text != error.message:
+        error.message = text
+        error.args = (text,)
+    for linked in (error.__cause__, error.__context__):
+        if linked is not None and redact(str(linked)) != str(linked):
+            error.__cause__ = error.__context__ = None
+            error.__suppress_context__ = True
+            break
+    return error
 
 
 @dataclass(frozen=True, slots=True)

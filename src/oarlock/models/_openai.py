@@ -36,19 +36,31 @@ object make a call with ``arguments: {}`` and the text in ``rawArguments``; empt
 arguments (``""``) are read as ``{}``, a call with no arguments. Other output (reasoning
 items, built-in tool calls) is not kept.
 
-Streaming (when the request has ``on_text``): each text delta goes to ``on_text`` as it
-arrives; tool calls are put together from their deltas (by index in Chat Completions, by
+Tool names: a tool whose name providers refuse (``server.tool``: only
+``A-Za-z0-9_-``, at most 64 characters) is sent under a safe name and its calls come back
+under the real one (:mod:`oarlock.models._names`).
+
+Streaming (when the request has ``on_text``): the server-sent events are read from the
+body as it arrives (:mod:`oarlock.models._sse`); each text delta goes to ``on_text`` at
+once; tool calls are put together from their deltas (by index in Chat Completions, by
 output item in the Responses API, where the final ``response.completed`` has the last word
-when it carries the output). A stream that ends before its finish is retryable
-(``stream_interrupted``); a server that answers a stream request with plain JSON is read
-as such, its text given to ``on_text`` at once.
+when it carries the output). A chat stream is complete at its ``finish_reason`` or at
+``data: [DONE]`` (some servers, Snowflake Cortex among them, send no finish reason); one
+that ends before either, or a Responses stream that ends before its final response, is
+retryable (``stream_interrupted``). An error sent inside a stream (``{"error": {...}}``,
+with a code that may be an HTTP status, as OpenRouter sends it, or an ``error`` event) is
+classified like an HTTP error. A server that answers a stream request with plain JSON is
+read as such, its text given to ``on_text`` at once.
 
 Errors: 429, 408, 5xx, timeouts and lost connections raise
 :class:`~oarlock.errors.RetryableModelError` (a 429 with the provider's ``retry-after-ms``
 or ``retry-after``, in seconds or as an HTTP date); 429 ``insufficient_quota`` does not
 pass by waiting and is a plain ``ModelError``. 401/403 are ``auth_failed``, 404
 ``model_not_found``, a 400 about the context window ``context_too_long``, another 400 or
-422 ``bad_request``, and a body that is not a response ``bad_response``.
+422 ``bad_request``, and a body that is not a response ``bad_response``. Every message is
+redacted (:func:`oarlock._secrets.redact`): a proxy may echo the key it was sent. The key,
+and the password of a base URL, are registered as secrets when the model is made; the
+model string never holds that password (``http://user@host/v1``).
 """
 
 from __future__ import annotations
@@ -63,9 +75,13 @@ import os
 import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
+from oarlock._secrets import redact, register_secret, register_url
 from oarlock.errors import ConfigError, ModelError, RetryableModelError
-from oarlock.models._base import ModelRequest, ModelResponse
+from oarlock.models import _sse
+from oarlock.models._base import ModelRequest, ModelResponse, redacted
+from oarlock.models._names import ToolNames
 from oarlock.models._openai_wire import (
     _CONTEXT,
     _ChatStream,
@@ -77,6 +93,7 @@ from oarlock.models._openai_wire import (
     parse_response,
     responses_input,
     responses_tools,
+    stream_error,
 )
 
 if TYPE_CHECKING:
@@ -124,8 +141,12 @@ class OpenAIModel:
             raise ConfigError(f"provider must be 'openai' or 'openai-compatible', not {provider!r}")
         if provider == "openai-compatible" and not base_url:
             raise ConfigError("an OpenAI-compatible model needs a base_url")
-        if base_url is not None and not str(base_url).startswith(("http://", "https://")):
-            raise ConfigError(f"base_url must be an http(s) URL, not {base_url!r}")
+        if base_url is not None and not (
+            isinstance(base_url, str) and base_url.startswith(("http://", "https://"))
+        ):
+            raise ConfigError(f"base_url must be an http(s) URL, not {redact(repr(base_url))}")
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            raise ConfigError("api_key must be a non-empty string")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ConfigError(f"timeout must be a number of seconds above 0, not {timeout!r}")
         if max_output_tokens is not None and (
@@ -147,13 +168,15 @@ class OpenAIModel:
             max_output_tokens,
         )
         self._api_key = api_key
+        register_secret(api_key)
+        register_url(base_url)
         self._client: openai.AsyncOpenAI | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def model_id(self) -> str:
         if self.provider == "openai-compatible":
-            return f"openai-compatible:{self.model}@{self.base_url}"
+            return f"openai-compatible:{self.model}@{without_password(str(self.base_url))}"
         return f"openai:{self.model}"
 
     @property
@@ -169,10 +192,17 @@ class OpenAIModel:
         return f"OpenAIModel({self.model_id!r}, api={self.api!r})"
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
-        client = self._ensure_client()
-        if self.api == "responses":
-            return await self._respond_responses(client, request)
-        return await self._respond_chat(client, request)
+        names, request = ToolNames.for_request(request)
+        try:
+            client = self._ensure_client()
+            if self.api == "responses":
+                response = await self._respond_responses(client, request)
+            else:
+                response = await self._respond_chat(client, request)
+        except ModelError as exc:
+            error = redacted(exc)
+            raise error from error.__cause__
+        return names.restore(response)
 
     async def aclose(self) -> None:
         """Close the client's connections (a later request opens new ones)."""
@@ -193,6 +223,9 @@ class OpenAIModel:
         self._client = self._loop = None
         sdk = _sdk()
         key = self._api_key or os.environ.get(self.key_variable)
+        register_secret(key)
+        if self.base_url is None:  # the SDK reads it from there
+            register_url(os.environ.get("OPENAI_BASE_URL"))
         headers: dict[str, Any] | None = None
         if self.provider == "openai-compatible":
             key = key or _NO_KEY
@@ -280,11 +313,25 @@ class OpenAIModel:
         if whole is not None:
             return whole
         acc = accumulator()
-        async with contextlib.aclosing(self._events(stream)) as events:
-            async for item in events:
-                text = self._parse(acc.feed, item)
-                if text:
-                    on_text(text)
+        try:
+            async with contextlib.aclosing(self._events(stream.response)) as events:
+                async for event in events:
+                    if event.data.strip() == "[DONE]":
+                        acc.done = True
+                        await _drain(events)
+                        break
+                    data = self._parse(json.loads, event.data)
+                    if isinstance(data, dict) and event.name and "type" not in data:
+                        data["type"] = event.name
+                    error = stream_error(data)
+                    if error is not None:
+                        raise error_from_event(self.model_id, *error)
+                    text = self._parse(acc.feed, data)
+                    if text:
+                        on_text(text)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
         return self._parse(accumulator.result, acc)
 
     # -- calling the SDK ------------------------------------------------------------------
@@ -315,22 +362,26 @@ class OpenAIModel:
             request.on_text(result.message.text)
         return result
 
-    async def _events(self, stream: Any) -> AsyncGenerator[Any, None]:
-        """The stream's events, with the SDK's errors made ours; the stream is closed when
-        the caller stops early."""
-        iterator = stream.__aiter__()
-        try:
-            while True:
-                try:
-                    event = await iterator.__anext__()
-                except StopAsyncIteration:
-                    return
-                except Exception as exc:
-                    raise self._translate(exc) from exc
+    async def _events(self, response: Any) -> AsyncGenerator[_sse.Event, None]:
+        """The server-sent events of a streamed body, the transport's errors made ours."""
+        async with (
+            contextlib.aclosing(self._chunks(response)) as chunks,
+            contextlib.aclosing(_sse.lines(chunks)) as lines,
+            contextlib.aclosing(_sse.events(lines)) as events,
+        ):
+            async for event in events:
                 yield event
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.close()
+
+    async def _chunks(self, response: Any) -> AsyncGenerator[bytes, None]:
+        iterator = response.aiter_bytes().__aiter__()
+        while True:
+            try:
+                chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                raise self._translate(exc) from exc
+            yield chunk
 
     def _parse(self, parse: Callable[[Any], T], value: Any) -> T:
         try:
@@ -366,6 +417,19 @@ class OpenAIModel:
             return self._status_error(exc)
         if isinstance(exc, sdk.APIError):  # an error event in a stream
             return error_from_event(name, exc.code, exc.type, exc.message)
+        transport = _httpx()
+        if transport is not None and isinstance(exc, transport.TimeoutException):
+            return RetryableModelError(
+                f"{name}: no answer within {self.timeout:g} s", code="timeout"
+            )
+        if transport is not None and isinstance(
+            exc, transport.TransportError | transport.StreamError
+        ):
+            return RetryableModelError(
+                f"{name}: the connection to {self._where()} broke off "
+                f"({type(exc).__name__}: {exc})",
+                code="connection_error",
+            )
         if isinstance(exc, ValueError | TypeError | KeyError | AttributeError):
             return ModelError(
                 f"{name} sent a response that could not be read: {type(exc).__name__}: {exc}",
@@ -423,6 +487,40 @@ def _sdk() -> ModuleType:
             f"the OpenAI models need the openai package: {_INSTALL}", code="missing_extra"
         ) from exc
     return openai
+
+
+async def _drain(events: AsyncGenerator[Any, None], within: float = 1.0) -> None:
+    """Read what follows ``[DONE]`` (the end of the body, as a rule), so that the connection
+    can serve the next request; a server that keeps the stream open is not waited for."""
+
+    async def rest() -> None:
+        async for _ in events:
+            pass
+
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(rest(), within)
+
+
+def _httpx() -> ModuleType | None:
+    """The HTTP library under the SDK (its errors reach a stream's reader as they are)."""
+    try:
+        import httpx2
+    except ImportError:  # pragma: no cover - the SDK depends on it
+        return None
+    return httpx2
+
+
+def without_password(url: str) -> str:
+    """``url`` without the password of its user part (a model string is stored)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
+    except ValueError:
+        return url
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

@@ -27,20 +27,83 @@ _CONTEXT = re.compile(
 )
 
 
+_AUTH = frozenset(
+    {"invalid_api_key", "authentication_error", "permission_error", "unauthorized", "forbidden"}
+)
+_NOT_FOUND = frozenset({"model_not_found", "not_found_error", "not_found"})
+_RATE = frozenset({"rate_limit_exceeded", "rate_limited", "rate_limit_error", "tokens", "requests"})
+
+
+def _status_of(code: object) -> int | None:
+    """An HTTP status given as an error's code (OpenRouter sends ``"code": 400``)."""
+    if isinstance(code, bool):
+        return None
+    if isinstance(code, int):
+        return code if 100 <= code <= 599 else None
+    if isinstance(code, str) and len(code) == 3 and code.isdigit():
+        return int(code)
+    return None
+
+
 def error_from_event(model_id: str, code: object, kind: object, message: object) -> ModelError:
-    """An error the server reported inside a 200 answer (a stream's error event, a failed
-    response), by its code and type."""
-    code_s, kind_s = str(code or ""), str(kind or "")
-    text = f"{model_id}: {message or 'the server reported an error'}"
+    """An error the server reported inside a 200 answer (an error chunk or event in a
+    stream, a failed response), classified like the HTTP errors: by its code when that is
+    an HTTP status (400 ``bad_request``, 401/403 ``auth_failed``, 404 ``model_not_found``,
+    429 retryable ``rate_limited``, 408 and 5xx retryable ``server_error``), else by its
+    code and type; an error that says nothing known is taken for a server error and
+    retried."""
+    code_s, kind_s, said = str(code or ""), str(kind or ""), str(message or "")
+    text = f"{model_id}: {said or 'the server reported an error'}"
+    status = _status_of(code)
+    if status is not None and status >= 400:
+        return _by_status(text, status, said)
     if code_s == "insufficient_quota":
         return ModelError(text, code="insufficient_quota")
-    if code_s in ("rate_limit_exceeded", "rate_limited") or kind_s in ("tokens", "requests"):
+    if code_s in _RATE or kind_s in _RATE:
         return RetryableModelError(text, code="rate_limited")
-    if code_s == "context_length_exceeded" or _CONTEXT.search(str(message or "")):
+    if code_s == "context_length_exceeded" or _CONTEXT.search(said):
         return ModelError(text, code="context_too_long")
-    if kind_s == "invalid_request_error" or code_s == "invalid_prompt":
+    if code_s in _AUTH or kind_s in _AUTH:
+        return ModelError(text, code="auth_failed")
+    if code_s in _NOT_FOUND or kind_s in _NOT_FOUND:
+        return ModelError(text, code="model_not_found")
+    if kind_s == "invalid_request_error" or code_s in ("invalid_prompt", "invalid_request_error"):
         return ModelError(text, code="bad_request")
     return RetryableModelError(text, code="server_error")
+
+
+def _by_status(text: str, status: int, said: str) -> ModelError:
+    if status == 429:
+        return RetryableModelError(text, code="rate_limited")
+    if status == 408 or status >= 500:
+        return RetryableModelError(text, code="server_error")
+    if status in (401, 403):
+        return ModelError(text, code="auth_failed")
+    if status == 402:
+        return ModelError(text, code="insufficient_quota")
+    if status == 404:
+        return ModelError(text, code="model_not_found")
+    if status == 413 or _CONTEXT.search(said):
+        return ModelError(text, code="context_too_long")
+    return ModelError(text, code="bad_request")
+
+
+def stream_error(data: Any) -> tuple[Any, Any, Any] | None:
+    """The (code, type, message) of an error sent inside a stream, None if ``data`` is not
+    one: ``{"error": {...}}`` (as Chat Completions streams and OpenRouter send them, with
+    the code a string or an HTTP status), ``{"error": "text"}``, or a Responses API
+    ``error`` event (``{"type": "error", "code": ..., "message": ...}``)."""
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    if isinstance(error, dict) and error:
+        message = error.get("message") or error.get("detail") or _compact(error)
+        return error.get("code"), error.get("type"), message
+    if isinstance(error, str) and error:
+        return data.get("code"), data.get("type"), error
+    if data.get("type") == "error":
+        return data.get("code"), data.get("error_type"), data.get("message")
+    return None
 
 
 def _compact(value: Any) -> str:
@@ -255,6 +318,7 @@ class _ChatStream:
     usage: Any = None
     chunks: int = 0
     finished: bool = False
+    done: bool = False  # the stream reached ``data: [DONE]``
 
     def feed(self, chunk: Any) -> str:
         if isinstance(chunk, str | bytes) or chunk is None:
@@ -270,7 +334,12 @@ class _ChatStream:
         for choice in choices:
             if _get(choice, "index", 0) not in (0, None):
                 continue
-            if _get(choice, "finish_reason"):
+            finish = _get(choice, "finish_reason")
+            if finish == "error":  # OpenRouter's, when the provider behind it failed
+                raise RetryableModelError(
+                    "the server ended the answer with an error", code="server_error"
+                )
+            if finish:
                 self.finished = True
             delta = _get(choice, "delta")
             if delta is None:
@@ -305,7 +374,7 @@ class _ChatStream:
     def result(self) -> ModelResponse:
         if self.chunks == 0:
             raise _bad("the stream was empty")
-        if not self.finished:
+        if not self.finished and not self.done:  # [DONE] without a finish_reason: complete
             raise RetryableModelError(
                 "the stream ended before the answer was complete", code="stream_interrupted"
             )
@@ -369,6 +438,7 @@ class _ResponsesStream:
     calls: dict[Any, _Call] = field(default_factory=dict)
     final: Any = None
     events: int = 0
+    done: bool = False  # a [DONE] (the API sends none): the final response still decides
 
     def feed(self, event: Any) -> str:
         if isinstance(event, str | bytes) or event is None:
@@ -399,7 +469,8 @@ class _ResponsesStream:
             _check_failed(_get(event, "response"))
             raise _bad("a failed response without an error")
         elif kind == "error":
-            raise error_from_event("the server", _get(event, "code"), None, _get(event, "message"))
+            code, what, message = stream_error(event) or (None, None, None)
+            raise error_from_event("the server", code, what, message)
         return ""
 
     def result(self) -> ModelResponse:

@@ -35,6 +35,12 @@ needs an approval like ``spend``, so nothing runs unapproved either way);
 and no annotations at all, give ``spend``). The hints are the server's word:
 ``trust_hints: false`` ignores them.
 
+Secrets: the values of ``headers`` and ``env`` whose names say they are secret
+(``Authorization``, ``X-Api-Key``, ``GITHUB_TOKEN``...) and a password in ``url`` are
+registered when the server is connected, and every error text a server gives (its
+refusals, a tool's error result, the end of its stderr) is redacted
+(:func:`oarlock._secrets.redact`) before it is raised, so it is never stored or shown.
+
 A server that stops during a call fails that call with ``mcp_server_crashed`` (an
 :class:`MCPServerCrashed`, an :class:`~oarlock.errors.OutcomeUnknown`: a side-effecting
 call is recorded Uncertain) and is restarted on the next call,
@@ -79,6 +85,7 @@ try:
 except ImportError as exc:  # pragma: no cover
     raise ImportError(f"MCP tools need the mcp package (mcp>=2.3): {exc}") from exc
 
+from oarlock._secrets import redact, register_named, register_url
 from oarlock.errors import ConfigError, OutcomeUnknown, ToolError
 from oarlock.formats._jcs import digest
 from oarlock.formats._models import SideEffectClass
@@ -304,7 +311,8 @@ class _Tail(asyncio.Protocol):
     def _add(self, raw: bytes) -> None:
         line = raw.decode("utf-8", "replace").rstrip()
         self.lines.append(line)
-        log.debug("mcp server %s: %s", self.server, line)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("mcp server %s: %s", self.server, redact(line))
 
     def eof_received(self) -> bool:
         if self.partial:
@@ -319,7 +327,7 @@ class _Tail(asyncio.Protocol):
     async def text(self, wait: float = 0.5) -> str:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.done.wait(), wait)
-        return "\n".join(self.lines)[-800:].strip()
+        return redact("\n".join(self.lines))[-800:].strip()
 
 
 class _Watched:
@@ -369,6 +377,10 @@ class MCPConnection:
 
     def __init__(self, config: MCPServerConfig) -> None:
         self.config = config
+        for values in (config.headers, config.env):
+            for key, value in (values or {}).items():
+                register_named(key, value)
+        register_url(config.url)
         self.listed: list[mt.Tool] = []
         self._gen: _Generation | None = None
         self._tasks: dict[asyncio.Task[None], _Generation] = {}
@@ -393,7 +405,9 @@ class MCPConnection:
         except MCPError as exc:
             if exc.code != mt.CONNECTION_CLOSED and not gen.dead:
                 raise ToolError(
-                    f"MCP server {name!r} refused tool {tool!r}: {exc.message} ({exc.code})",
+                    redact(
+                        f"MCP server {name!r} refused tool {tool!r}: {exc.message} ({exc.code})"
+                    ),
                     code="mcp_error",
                 ) from None
             self._retire(gen)
@@ -401,20 +415,22 @@ class MCPConnection:
                 raise ToolError(f"MCP server {name!r} was closed", code="mcp_closed") from None
             stderr = await gen.tail.text() if gen.tail is not None else ""
             raise MCPServerCrashed(
-                f"MCP server {name!r} ({self.config.target}) stopped during the call of tool "
-                f"{tool!r} ({exc.message}); it is restarted on the next call"
-                + (f". Its stderr ended with: {stderr}" if stderr else "")
+                redact(
+                    f"MCP server {name!r} ({self.config.target}) stopped during the call of "
+                    f"tool {tool!r} ({exc.message}); it is restarted on the next call"
+                    + (f". Its stderr ended with: {stderr}" if stderr else "")
+                )
             ) from None
         except (RuntimeError, ValueError) as exc:  # an answer the SDK would not accept
             raise ToolError(
-                f"MCP server {name!r} gave tool {tool!r} an unusable result: {exc}",
+                redact(f"MCP server {name!r} gave tool {tool!r} an unusable result: {exc}"),
                 code="mcp_bad_result",
             ) from None
         if not isinstance(result, mt.CallToolResult):
             raise ToolError(f"MCP server {name!r}: unexpected result", code="mcp_bad_result")
         if result.is_error:
             text = result_text(result) or "the tool reported an error"
-            raise ToolError(text, code="mcp_tool_error")
+            raise ToolError(redact(text), code="mcp_tool_error")
         return result_text(result)
 
     async def aclose(self) -> None:
@@ -469,7 +485,7 @@ class MCPConnection:
         except _StartFailed as exc:
             cfg = self.config
             raise ToolError(
-                f"MCP server {cfg.name!r} ({cfg.target}) did not start: {exc}",
+                redact(f"MCP server {cfg.name!r} ({cfg.target}) did not start: {exc}"),
                 code="mcp_start_failed",
             ) from None
 

@@ -41,6 +41,12 @@ def fail() -> str:
 
 
 @server.tool(annotations=READ)
+def check_token() -> str:
+    """Fails with an error that echoes the server's token, as a careless server might."""
+    raise ToolError(f"the backend refused token {os.environ.get('SERVICE_TOKEN')}")
+
+
+@server.tool(annotations=READ)
 async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     await anyio.sleep(seconds)
