@@ -158,3 +158,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_CONFIG_HOME"] = home
     for name in ("OARLOCK_APPROVER_KEY", "OARLOCK_APPROVERS", "OARLOCK_PRINCIPAL", "OARLOCK_DB"):
         os.environ.pop(name, None)
+
+
+@pytest.fixture(autouse=True)
+def _own_config_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """Each test its own configuration home: a key one test creates (``oarlock keys
+    create``, run in process by the CLI fuzz tests too) is never another test's default."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))

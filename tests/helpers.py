@@ -102,3 +102,18 @@ def write_approver(folder: Any, principal: str = "user:test") -> Any:
         f"approvers:\n  - principal: {principal}\n    key: approver.key.pub\n", "utf-8"
     )
     return path
+
+
+def priced_demo(tmp_path: Any, pattern: str) -> Any:
+    """The demo agent file, next to its script, with a price for ``pattern`` (its cost
+    limit refuses a model without one)."""
+    from oarlock.demo import AGENT_FILE
+
+    for source in AGENT_FILE.parent.glob("refund-desk*.yaml"):
+        (tmp_path / source.name).write_text(source.read_text())
+    priced = tmp_path / AGENT_FILE.name
+    priced.write_text(
+        priced.read_text()
+        + f'pricing:\n  "{pattern}": {{input_per_million: 0.2, output_per_million: 0.6}}\n'
+    )
+    return priced

@@ -17,8 +17,8 @@ import pytest
 from tests.acceptance.inproc import Stream, call
 from tests.integration import openai_wire as ow
 
+from helpers import priced_demo
 from oarlock.cli._live import HOLD, Live
-from oarlock.demo import AGENT_FILE
 from oarlock.store._base import Event
 
 SECRET = "s3cr3t-v4lue-0f-the-t0ken"
@@ -141,7 +141,8 @@ def test_a_run_on_a_terminal_streams_text_between_its_progress_lines(
 ) -> None:
     monkeypatch.delenv("OARLOCK_DB", raising=False)
     model = f"openai-compatible:m@{streaming_server.base_url}"
-    argv = ["--db", str(tmp_path / "runs.db"), "run", str(AGENT_FILE), "refund", "--model", model]
+    agent = priced_demo(tmp_path, "openai-compatible:m@http://127.0.0.1:*")  # a cost limit
+    argv = ["--db", str(tmp_path / "runs.db"), "run", str(agent), "refund", "--model", model]
     result = call(argv, tty_err=True)
     assert result.code == 0, result
     assert "waiting_approval" in result.out

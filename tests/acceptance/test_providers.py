@@ -16,6 +16,7 @@ from tests.acceptance.test_cli_runs import Cli
 from tests.integration import anthropic_wire as aw
 from tests.integration import openai_wire as ow
 
+from helpers import priced_demo
 from oarlock.demo import AGENT_FILE
 
 ASK = "Order A-1001 arrived broken. Please refund it."
@@ -93,18 +94,6 @@ def run_to_the_end(
         ("refund_policy", "Succeeded"),
     ]
     return doc
-
-
-def priced_demo(tmp_path: Path, pattern: str) -> Path:
-    """The demo agent file, next to its script, with a price for ``pattern``."""
-    for source in AGENT_FILE.parent.glob("refund-desk*.yaml"):
-        (tmp_path / source.name).write_text(source.read_text())
-    priced = tmp_path / AGENT_FILE.name
-    priced.write_text(
-        priced.read_text()
-        + f'pricing:\n  "{pattern}": {{input_per_million: 0.2, output_per_million: 0.6}}\n'
-    )
-    return priced
 
 
 def test_the_demo_agent_runs_on_an_openai_compatible_server(
