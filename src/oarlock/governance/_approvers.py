@@ -36,12 +36,15 @@ import binascii
 import dataclasses
 import fnmatch
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
@@ -71,6 +74,23 @@ __all__ = [
 ]
 
 _SIGNATURE_BYTES = 64
+_VERIFIED_MAX = 4096
+_VERIFIED: dict[tuple[bytes, str, bytes], None] = {}
+_VERIFIED_LOCK = threading.Lock()
+
+
+def _raw(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def _remember(public: bytes, signature: str, body: bytes) -> None:
+    """Keep (key, signature, signed bytes) that verified, or that this process signed: the
+    same statement is then not verified again (an Ed25519 check costs about 0.1 ms). A
+    key's signature over these exact bytes proves the same thing however often it is read."""
+    with _VERIFIED_LOCK:
+        if len(_VERIFIED) >= _VERIFIED_MAX:
+            _VERIFIED.pop(next(iter(_VERIFIED)))
+        _VERIFIED[(public, signature, body)] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +99,12 @@ class ApproverKey:
 
     principal: str
     private_key: Ed25519PrivateKey = field(repr=False)
+    key_id: str = field(init=False, repr=False)
+    public_raw: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_id", key_id(self.private_key.public_key()))
+        object.__setattr__(self, "public_raw", _raw(self.private_key.public_key()))
 
     @classmethod
     def generate(cls, principal: str) -> ApproverKey:
@@ -91,10 +117,6 @@ class ApproverKey:
         return cls(principal, load_private_key(path))
 
     @property
-    def key_id(self) -> str:
-        return key_id(self.private_key.public_key())
-
-    @property
     def public_key(self) -> Ed25519PublicKey:
         return self.private_key.public_key()
 
@@ -103,8 +125,10 @@ class ApproverKey:
         unsigned = dataclasses.replace(
             approval, principal=self.principal, key_id=self.key_id, signature=None
         )
-        raw = self.private_key.sign(canonicalize(unsigned.signed_body()))
-        return dataclasses.replace(unsigned, signature=base64.b64encode(raw).decode("ascii"))
+        body = canonicalize(unsigned.signed_body())
+        signature = base64.b64encode(self.private_key.sign(body)).decode("ascii")
+        _remember(self.public_raw, signature, body)
+        return dataclasses.replace(unsigned, signature=signature)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +138,12 @@ class TrustedKey:
     public_key: Ed25519PublicKey = field(repr=False)
     principals: tuple[str, ...]
     source: str = "configured"
+    key_id: str = field(init=False)
+    public_raw: bytes = field(init=False, repr=False)
 
-    @property
-    def key_id(self) -> str:
-        return key_id(self.public_key)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_id", key_id(self.public_key))
+        object.__setattr__(self, "public_raw", _raw(self.public_key))
 
     def allows(self, principal: str) -> bool:
         return any(fnmatch.fnmatchcase(principal, p) for p in self.principals)
@@ -164,13 +190,17 @@ class TrustedApprovers:
             return (
                 f"key {approval.key_id} is not trusted to approve as {approval.principal!r}"
             )
+        body = canonicalize(approval.signed_body())
+        if (trusted.public_raw, approval.signature, body) in _VERIFIED:
+            return None  # this very statement was signed or verified here before
         try:
             raw = base64.b64decode(approval.signature.encode("ascii"), validate=True)
             if len(raw) != _SIGNATURE_BYTES:
                 raise InvalidSignature
-            trusted.public_key.verify(raw, canonicalize(approval.signed_body()))
+            trusted.public_key.verify(raw, body)
         except (InvalidSignature, binascii.Error, UnicodeEncodeError, ValueError):
             return f"the approval's signature does not verify with key {approval.key_id}"
+        _remember(trusted.public_raw, approval.signature, body)
         return None
 
     @classmethod
@@ -271,6 +301,7 @@ def process_approver(principal: str) -> ApproverKey:
     return ApproverKey(principal, _PROCESS_KEY[0])
 
 
+@cache
 def in_process_approvers() -> TrustedApprovers:
     """What an agent without configured approvers trusts: approvals signed in this very
     process (by :func:`process_approver`), for any principal."""
