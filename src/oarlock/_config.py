@@ -157,28 +157,34 @@ class Problems:
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
         self.items: list[str] = []
+        self.codes: set[str] = set()
 
-    def add(self, problem: str) -> None:
+    def add(self, problem: str, code: str = ConfigError.code) -> None:
         self.items.append(self.prefix + problem)
+        self.codes.add(code)
 
-    def extend(self, problems: Collection[str]) -> None:
+    def extend(self, problems: Collection[str], code: str = ConfigError.code) -> None:
         for problem in problems:
-            self.add(problem)
+            self.add(problem, code)
+
+    def record(self, exc: ConfigError, key: str = "") -> None:
+        """Every problem ``exc`` lists (each under ``key``, when given), with its code."""
+        self.extend([f"{key}: {p}" if key else p for p in exc.problems], exc.code)
 
     @contextmanager
-    def catch(self) -> Iterator[None]:
+    def catch(self, key: str = "") -> Iterator[None]:
         """Record a ConfigError raised in the block (every problem it lists) and go on."""
         try:
             yield
         except ConfigError as exc:
-            self.extend(exc.problems)
+            self.record(exc, key)
 
     def check(self, check: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
         """``check(*args, **kwargs)``, or None after recording the ConfigError it raised."""
         try:
             return check(*args, **kwargs)
         except ConfigError as exc:
-            self.extend(exc.problems)
+            self.record(exc)
             return None
 
     def __bool__(self) -> bool:
@@ -191,5 +197,8 @@ class Problems:
         return iter(self.items)
 
     def error(self, head: str, *, code: str | None = None) -> ConfigError:
-        """One ConfigError listing every problem."""
+        """One ConfigError listing every problem; its code is ``code``, else the code the
+        problems share, else that of a ConfigError."""
+        if code is None and len(self.codes) == 1:
+            code = next(iter(self.codes))
         return ConfigError(joined(head, self.items), code=code, problems=self.items)
