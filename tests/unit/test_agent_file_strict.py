@@ -180,6 +180,17 @@ def test_problems_of_the_files_an_agent_file_names(folder: Path) -> None:
     ]
 
 
+def test_a_cost_limit_without_a_price_names_the_limit(folder: Path) -> None:
+    path = folder / "agent.yaml"
+    path.write_text("name: a\nmodel: openai:my-own-model\nlimits: {max_cost_usd: 1}\n")
+    with pytest.raises(ConfigError) as info:
+        load_agent(path)
+    assert info.value.code == "unpriced_model"
+    assert str(info.value).startswith(
+        f"{path}: limits.max_cost_usd: no price for model 'openai:my-own-model'"
+    )
+
+
 def test_paths_in_messages_are_those_the_user_typed(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -152,6 +152,26 @@ def test_endless_standard_input_to_upgrade(
     assert "standard input: larger than the input limit" in err
 
 
+def test_a_200_mb_document_is_refused_before_it_is_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(MAX_INPUT_ENV, raising=False)
+    path = tmp_path / "huge.json"
+    with path.open("wb") as fh:  # sparse: 200 MB that take no room on disk
+        fh.truncate(200 * 1024 * 1024)
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        code, out, _ = cli(monkeypatch, "validate", str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.monotonic() - started < 5
+    assert peak < 5_000_000
+    assert code == 1
+    assert "larger than the input limit of 16,777,216 bytes" in out
+
+
 def test_dev_zero_is_a_document_beyond_the_limit(
     small_limit: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

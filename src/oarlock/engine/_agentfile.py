@@ -518,7 +518,7 @@ def check_agent_file(path: str | os.PathLike[str]) -> AgentFileCheck:
     )
     if problems or agent_name is None or model is None or tenant is None:
         return checked
-    with problems.catch():
+    try:
         checked.agent = Agent(
             agent_name,
             model,
@@ -531,6 +531,8 @@ def check_agent_file(path: str | os.PathLike[str]) -> AgentFileCheck:
             policy=policy,
             mcp_servers=servers,
         )
+    except ConfigError as exc:  # a cost limit on a model without a price
+        problems.record(exc, "limits.max_cost_usd" if exc.code == "unpriced_model" else "")
     return checked
 
 
