@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from yaml.composer import Composer, ComposerError
@@ -94,8 +94,9 @@ def _refuse(node: Node, problem: str) -> ConstructorError:
 class _StrictConstructor(SafeConstructor):
     def construct_scalar(self, node: ScalarNode) -> Any:  # type: ignore[override]
         value = super().construct_scalar(node)
-        if isinstance(value, str) and _SURROGATE.search(value):
-            cp = ord(_SURROGATE.search(value).group(0))  # type: ignore[union-attr]
+        found = _SURROGATE.search(value) if isinstance(value, str) else None
+        if found is not None:
+            cp = ord(found.group(0))
             raise _refuse(node, f"invalid text: a lone surrogate (\\u{cp:04x}) is not a character")
         return value
 
@@ -150,17 +151,14 @@ class _StrictConstructor(SafeConstructor):
             text = str(self.construct_scalar(node))
             raise _refuse(node, f"{_short(text)!r} is not true or false") from None
 
-    def refuse_timestamp(self, node: Node) -> Any:
-        return self._refuse_value(
+    def refuse_timestamp(self, node: Node) -> NoReturn:
+        raise _refuse(
             node, "YAML reads this as a date or time, which is not a JSON value: quote it"
         )
 
-    def refuse_tag(self, node: Node) -> Any:
+    def refuse_tag(self, node: Node) -> NoReturn:
         tag = node.tag.removeprefix("tag:yaml.org,2002:")
-        return self._refuse_value(node, f"the !!{tag} tag is not supported: use plain values")
-
-    def _refuse_value(self, node: Node, problem: str) -> Any:
-        raise _refuse(node, problem)
+        raise _refuse(node, f"the !!{tag} tag is not supported: use plain values")
 
 
 _CONSTRUCTORS: dict[str | None, Any] = {

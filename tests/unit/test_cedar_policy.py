@@ -4,6 +4,7 @@ failing closed, bad policy text, entities, versions and files."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -297,7 +298,15 @@ def test_entities_are_used() -> None:
         ),
         (
             {"policies": "permit(principal, action, resource);", "approval_ttl": 0},
-            "approval_ttl must be a positive number",
+            "approval_ttl must be a finite number of seconds above 0",
+        ),
+        (
+            {"policies": "permit(principal, action, resource);", "approval_ttl": math.inf},
+            "approval_ttl must be a finite number of seconds above 0",
+        ),
+        (
+            {"policies": "permit(principal, action, resource);", "approval_ttl": True},
+            "approval_ttl must be a finite number of seconds above 0",
         ),
         ({"policies": 5}, "policies must be Cedar text"),
     ],

@@ -192,9 +192,12 @@ class CedarPolicy:
         if not isinstance(policies, str):
             raise ConfigError(f"{policy_id}: policies must be Cedar text", code="policy_invalid")
         if approval_ttl is not None and not (
-            isinstance(approval_ttl, int | float) and approval_ttl > 0
+            isinstance(approval_ttl, int | float)
+            and not isinstance(approval_ttl, bool)
+            and math.isfinite(approval_ttl)
+            and approval_ttl > 0
         ):
-            msg = f"{policy_id}: approval_ttl must be a positive number of seconds"
+            msg = f"{policy_id}: approval_ttl must be a finite number of seconds above 0"
             raise ConfigError(msg, code="policy_invalid")
         try:
             self._policies = cedarpy.PolicySet.from_str(policies)
