@@ -34,8 +34,9 @@ non-empty names), and every problem is collected before anything is reported: a
 What loading an agent file runs: the imports of the modules its ``tools`` name (and the
 modules of their ``needs_approval`` predicates and ``idempotency_key`` functions), which
 run those modules' top-level code. A module next to the agent file is imported under a
-private package name made from the file's folder, never as a top-level module: it cannot
-replace a standard or installed module (a ``json.py`` there does not change what
+private package name made from the file's folder, never as a top-level module (unless it is
+the very file an installed module of that name is): it cannot replace a standard or
+installed module (a ``json.py`` there does not change what
 ``import json`` means anywhere), and naming one that has the name of a standard or
 installed module is an error. Such a module imports its neighbours relatively
 (``from . import helpers``). MCP server commands run when the agent connects (a run, a
