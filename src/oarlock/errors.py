@@ -26,6 +26,7 @@ stable ``code`` (a short snake_case name a caller can match on) next to its mess
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -85,8 +86,9 @@ class DocumentInvalid(FormatError):
         first = report.errors[0] if report.errors else None
         where = f" at {first.pointer or '/'}" if first else ""
         text = f"{report.kind} document is invalid{where}: {first.message}" if first else "invalid"
-        if len(report.errors) > 1:
-            text += f" (and {len(report.errors) - 1} more)"
+        more = len(report.errors) - 1 + report.more_errors
+        if more > 0:
+            text += f" (and {'at least ' if not report.more_errors_exact else ''}{more} more)"
         super().__init__(text)
         self.report = report
 
@@ -104,7 +106,16 @@ class UsageError(OarlockError):
 
 
 class ConfigError(OarlockError):
+    """``problems`` lists every problem found, each naming its file, key and rule; an
+    error about one thing lists its message alone."""
+
     code = "config_error"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, problems: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message, code=code)
+        self.problems: tuple[str, ...] = tuple(problems) or (message,)
 
 
 class DecisionRefused(OarlockError):

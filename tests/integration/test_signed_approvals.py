@@ -202,7 +202,7 @@ def test_approvers_files_are_checked(tmp_path: Path) -> None:
         "approvers:\n  - {principal: a, key: missing.pub}\n": "No such file",
         "approvers:\n  - {principal: a, key: approver.key}\n": "private key",
         "approvers:\n  - {principal: a, key: approver.key.pub, extra: 1}\n": "unknown key",
-        "a: &x [1]\nb: *x\n": "anchors and aliases",
+        "a: &x [1]\nb: *x\n": "anchors (&x) are not allowed",
         "approvers: [\n": "not valid YAML",
     }
     for text, fragment in cases.items():

@@ -4,6 +4,7 @@ failing closed, bad policy text, entities, versions and files."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -297,7 +298,15 @@ def test_entities_are_used() -> None:
         ),
         (
             {"policies": "permit(principal, action, resource);", "approval_ttl": 0},
-            "approval_ttl must be a positive number",
+            "approval_ttl must be a finite number of seconds above 0",
+        ),
+        (
+            {"policies": "permit(principal, action, resource);", "approval_ttl": math.inf},
+            "approval_ttl must be a finite number of seconds above 0",
+        ),
+        (
+            {"policies": "permit(principal, action, resource);", "approval_ttl": True},
+            "approval_ttl must be a finite number of seconds above 0",
         ),
         ({"policies": 5}, "policies must be Cedar text"),
     ],
@@ -334,7 +343,7 @@ def test_from_file(tmp_path: Any) -> None:
     assert (policy.policy_id, policy.version) == ("desk", digest(DESK))
     assert CedarPolicy.from_file(str(path), policy_id="x").policy_id == "x"
     assert policy.evaluate(req(arguments={"amount": 1})).rule_id == "small-refunds"
-    with pytest.raises(ConfigError, match="cannot read Cedar policy file"):
+    with pytest.raises(ConfigError, match=r"missing\.cedar: no such Cedar policy file"):
         CedarPolicy.from_file(tmp_path / "missing.cedar")
     path.write_text("permit(", "utf-8")
     with pytest.raises(ConfigError, match="desk: not valid Cedar"):

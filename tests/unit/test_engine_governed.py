@@ -209,7 +209,7 @@ def test_an_agent_file_names_its_policy_and_scope(tmp_path) -> None:
     assert refund is not None and refund.idempotency_key is not None
     assert refund.idempotency_key({"order_id": "A-1"}) == "refund:A-1"
     agent_file.write_text("name: desk\nmodel: scripted:s.yaml\nscope: {region: eu}\n")
-    with pytest.raises(ConfigError, match="unknown key 'region'"):
+    with pytest.raises(ConfigError, match=r"agent\.yaml: scope\.region: unknown key"):
         load_agent(agent_file)
     agent_file.write_text("name: desk\nmodel: scripted:s.yaml\npolicy: missing.yaml\n")
     with pytest.raises(ConfigError, match=r"missing\.yaml"):

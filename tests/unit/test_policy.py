@@ -607,11 +607,12 @@ def rules_yaml(rule: str) -> str:
         ("policy: p\nversion: 2", "version: unknown key; use policy, approval_ttl, rules"),
         ("- policy: p", "policy file: expected a mapping, got a list"),
         ("", "policy file: expected a mapping, got null"),
-        ("policy: p\npolicy: q", "not valid YAML: duplicate key 'policy'"),
+        ("policy: p\npolicy: q", "desk.yaml: line 2, column 1: duplicate key 'policy'"),
         ("policy: [unclosed", "not valid YAML"),
         (
             rules_yaml("  - {id: x, effect: allow, match: {arguments: {d: {equals: 2024-01-01}}}}"),
-            "rules[2].match.arguments.d.equals: date is not a JSON value (quote it)",
+            "desk.yaml: line 5, column 60: YAML reads this as a date or time, which is not a "
+            "JSON value: quote it",
         ),
         (
             rules_yaml("  - {id: x, effect: allow, match: {arguments: {d: {lt: .inf}}}}"),
@@ -691,7 +692,7 @@ def test_from_file(tmp_path: Any) -> None:
     path.write_text(EXAMPLE.replace("lte", "le"), "utf-8")
     with pytest.raises(ConfigError, match=r"desk\.yaml: rule 'small-refunds-acme' \(rules\[1\]\)"):
         RulePolicy.from_file(path)
-    with pytest.raises(ConfigError, match="cannot read policy file") as info:
+    with pytest.raises(ConfigError, match=r"missing\.yaml: no such policy file") as info:
         RulePolicy.from_file(tmp_path / "missing.yaml")
     assert info.value.code == "policy_invalid"
 

@@ -78,6 +78,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out.add_argument("--in-place", action="store_true", help="rewrite PATH")
     p.set_defaults(handler="oarlock.cli._validate:run_upgrade")
+
+    p = sub.add_parser(
+        "check",
+        help="check an agent file: every key, its tools, policy, model and MCP servers",
+        description="Load an agent file as a run would and report every problem, each "
+        "naming the file, the key and the rule. Loading imports the tools' modules; "
+        "checking starts the MCP servers unless --no-connect is given. Exit 0 if there "
+        "is none, 1 if there are problems, 2 for a usage error.",
+    )
+    p.add_argument("agent_file", metavar="AGENT_FILE")
+    p.add_argument("--no-connect", action="store_true", help="do not start the MCP servers")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long each MCP server may take to start and list its tools (default 30)",
+    )
+    p.set_defaults(handler="oarlock.cli._check:run_check")
     return parser
 
 

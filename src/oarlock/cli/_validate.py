@@ -10,9 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from oarlock._input import display_name, max_input_bytes, read_input
 from oarlock._render import dumps, line
 from oarlock.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
-from oarlock.errors import DocumentInvalid, FormatError, UpgradeError
+from oarlock.errors import ConfigError, DocumentInvalid, FormatError, UpgradeError, UsageError
 from oarlock.formats import Problem, Report, downgrade, loads_strict, upgrade, validate
 
 __all__ = ["run_upgrade", "run_validate"]
@@ -24,7 +25,8 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 
 
 def _expand(paths: list[str]) -> list[str] | str:
-    """Every file to check, or the message of a usage error."""
+    """Every file to check, or the message of a usage error. A path that is not a folder
+    is read as it is (a file, a fifo, a device, ``/dev/stdin``), within the input limit."""
     files: list[str] = []
     for raw in paths:
         if raw == "-":
@@ -33,7 +35,7 @@ def _expand(paths: list[str]) -> list[str] | str:
         path = Path(raw)
         if path.is_dir():
             files.extend(str(p) for p in sorted(path.rglob("*.json")) if p.is_file())
-        elif path.is_file():
+        elif path.exists():
             files.append(raw)
         else:
             return f"no such file or folder: {raw}"
@@ -41,23 +43,31 @@ def _expand(paths: list[str]) -> list[str] | str:
 
 
 def _read(name: str) -> bytes:
-    return sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    """The bytes of a document, read within the input limit (ConfigError beyond it)."""
+    return read_input(name, what="document")
+
+
+def _unread(name: str, exc: ConfigError) -> Problem:
+    message = exc.message.removeprefix(f"{display_name(name)}: ")
+    rule = "limit" if exc.code == "input_too_large" else "io"
+    return Problem("", rule, message)
 
 
 def _check(name: str, kind: Any, schema_only: bool) -> Report:
     try:
         data = _read(name)
-        document = loads_strict(data)
-    except OSError as exc:
-        return Report(None, [Problem("", "io", f"cannot read: {exc.strerror or exc}")])
-    except FormatError as exc:
-        return Report(None if kind == "auto" else kind, [Problem("", "json", str(exc))])
-    return validate(document, kind, schema_only=schema_only)
+    except ConfigError as exc:
+        return Report(None if kind == "auto" else kind, [_unread(name, exc)])
+    return validate(data, kind, schema_only=schema_only)
 
 
 def run_validate(args: argparse.Namespace) -> int:
     if not args.paths:
         return _fail("validate needs at least one PATH (a file, a folder, or -)")
+    try:
+        max_input_bytes()
+    except UsageError as exc:
+        return _fail(str(exc))
     files = _expand(args.paths)
     if isinstance(files, str):
         return _fail(files)
@@ -87,6 +97,8 @@ def _print_report(name: str, report: Report) -> None:
     print(f"{line(name)}: invalid ({what})")
     for p in report.errors:
         print(_problem(p))
+    if report.more:
+        print(f"  … {line(report.more)}")
 
 
 def _problem(p: Problem) -> str:
@@ -94,10 +106,14 @@ def _problem(p: Problem) -> str:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
-    if args.path != "-" and not Path(args.path).is_file():
+    if args.path != "-" and (not Path(args.path).exists() or Path(args.path).is_dir()):
         return _fail(f"no such file: {args.path}")
     if args.in_place and args.path == "-":
         return _fail("--in-place needs a file, not standard input")
+    try:
+        max_input_bytes()
+    except UsageError as exc:
+        return _fail(str(exc))
     try:
         document = loads_strict(_read(args.path))
         if not isinstance(document, dict):
@@ -106,9 +122,13 @@ def run_upgrade(args: argparse.Namespace) -> int:
     except DocumentInvalid as exc:
         for p in exc.report.errors:
             print(_problem(p), file=sys.stderr)
+        if exc.report.more:
+            print(f"  … {line(exc.report.more)}", file=sys.stderr)
         return _fail(f"{args.path}: not a valid run document; nothing written", EXIT_INVALID)
     except (FormatError, UpgradeError) as exc:
         return _fail(f"{args.path}: {exc}", EXIT_INVALID)
+    except ConfigError as exc:  # unreadable, or beyond the input limit
+        return _fail(str(exc), EXIT_INVALID)
     text = dumps(converted, redact=False) + "\n"  # lossless: escapes, never redaction
     target = args.path if args.in_place else args.output
     if target is None:

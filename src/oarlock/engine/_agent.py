@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from oarlock._config import Problems, need_number, need_whole
 from oarlock.errors import ConfigError
 from oarlock.governance._approvers import TrustedApprovers
 from oarlock.governance._policy import PolicyEngine
@@ -33,10 +34,16 @@ class Limits:
     max_output_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_cost_usd", "max_input_tokens", "max_output_tokens"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or value < 0):
-                raise ConfigError(f"limit {name} must be a number of at least 0, not {value!r}")
+        """Refuses what would quietly turn a limit off or break the turn loop: NaN and the
+        infinities, booleans, strings, fractions of a turn or a token."""
+        problems = Problems()
+        for name in ("max_turns", "max_input_tokens", "max_output_tokens"):
+            if getattr(self, name) is not None:
+                problems.check(need_whole, getattr(self, name), f"limits.{name}")
+        if self.max_cost_usd is not None:
+            problems.check(need_number, self.max_cost_usd, "limits.max_cost_usd")
+        if problems:
+            raise problems.error("limits")
 
 
 class Agent:
@@ -66,14 +73,14 @@ class Agent:
         mcp_servers: Sequence[MCPServerConfig] = (),
         approvers: TrustedApprovers | None = None,
     ) -> None:
-        if not name:
-            raise ConfigError("an agent needs a name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError("an agent needs a name (a non-empty string)")
         self.name, self.model, self.instructions = name, model, instructions
         self.tools = tools if isinstance(tools, Toolset) else Toolset(tools)
         self.limits = limits or Limits()
         self.pricing = PricingTable(prices)
-        if not tenant:
-            raise ConfigError("an agent's tenant must not be empty")
+        if not isinstance(tenant, str) or not tenant:
+            raise ConfigError("an agent's tenant must be a non-empty string")
         self.tenant, self.policy, self.approvers = tenant, policy, approvers
         self.mcp_servers = tuple(mcp_servers)
         scope: dict[str, Any] = {"tenantId": tenant}

@@ -39,6 +39,19 @@ class Report:
     errors: list[Problem] = field(default_factory=list)
     format: str | None = None
     schema_only: bool = False
+    more_errors: int = 0
+    """Errors found beyond those listed (a report lists at most a hundred)."""
+    more_errors_exact: bool = True
+    """False when counting stopped: there are at least ``more_errors`` more."""
+
+    @property
+    def more(self) -> str | None:
+        """``and N more errors`` when errors were left out of the list, else None."""
+        if not self.more_errors:
+            return None
+        if self.more_errors_exact:
+            return f"and {self.more_errors:,} more error{'s' if self.more_errors > 1 else ''}"
+        return f"and at least {self.more_errors:,} more errors (counting stopped there)"
 
     @property
     def valid(self) -> bool:
@@ -52,4 +65,7 @@ class Report:
         if self.format is not None:
             out["format"] = self.format
         out["errors"] = [e.to_json() for e in self.errors]
+        if self.more_errors:
+            out["moreErrors"] = self.more_errors
+            out["moreErrorsExact"] = self.more_errors_exact
         return out

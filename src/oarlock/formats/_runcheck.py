@@ -19,7 +19,7 @@ from typing import Any
 
 from oarlock.formats._run_schema_check import validate as _validate
 
-__all__ = ["PYTHON_NAMES", "conforming_run"]
+__all__ = ["PYTHON_NAMES", "conforming_run", "passes_run_schema"]
 
 # A \uD800-\uDFFF escape: json.loads lets a lone surrogate through, which pydantic refuses
 # and no terminal can print. Documents holding one (even a proper pair) take the full check.
@@ -79,6 +79,16 @@ def conforming_run(raw: str | bytes) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return document if isinstance(document, dict) and _read_alike(document) else None
+
+
+def passes_run_schema(document: dict[str, Any]) -> bool:
+    """True only if ``document``, made of JSON values alone (as ``json.loads`` makes
+    them: no tuples, no subclasses), passes the run schema (the compiled check)."""
+    try:
+        _validate(document, _FORMATS)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _read_alike(document: dict[str, Any]) -> bool:

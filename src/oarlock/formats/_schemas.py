@@ -8,6 +8,7 @@ unchanged; ``execution-scope`` and ``policy-decision`` are oarlock's, published 
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from oarlock.formats._time import is_rfc3339
 
 __all__ = [
     "SCHEMA_FILES",
+    "capped_schema_problems",
     "is_datetime_format",
     "is_uuid_format",
     "load_schema",
@@ -87,14 +89,27 @@ def _validator(kind: Kind) -> Any:
 
 def schema_problems(document: dict[str, Any], kind: Kind) -> list[Problem]:
     """Every JSON Schema violation of ``document`` as ``kind``, in document order."""
-    errors = sorted(_validator(kind).iter_errors(document), key=_order)
+    return capped_schema_problems(document, kind, None)[0]
+
+
+def capped_schema_problems(
+    document: dict[str, Any], kind: Kind, ceiling: int | None
+) -> tuple[list[Problem], bool]:
+    """The JSON Schema violations of ``document`` as ``kind``, in document order, and
+    whether that is all of them: the validator stops after ``ceiling`` raw errors (a
+    document with millions of bad values costs no more than that)."""
+    found = _validator(kind).iter_errors(document)
+    raw = list(found if ceiling is None else itertools.islice(found, ceiling))
+    complete = ceiling is None or len(raw) < ceiling or next(found, None) is None
     out: list[Problem] = []
-    for err in errors:
+    seen: set[Problem] = set()
+    for err in sorted(raw, key=_order):
         for path, message in _explain(err, document):
             problem = Problem(pointer(path), "schema", message)
-            if problem not in out:
+            if problem not in seen:
+                seen.add(problem)
                 out.append(problem)
-    return out
+    return out, complete
 
 
 def _order(err: Any) -> tuple[str, ...]:

@@ -187,9 +187,7 @@ class TrustedApprovers:
         if trusted is None:
             return f"the approval is signed by {approval.key_id}, which is not a trusted key"
         if not trusted.allows(approval.principal):
-            return (
-                f"key {approval.key_id} is not trusted to approve as {approval.principal!r}"
-            )
+            return f"key {approval.key_id} is not trusted to approve as {approval.principal!r}"
         body = canonicalize(approval.signed_body())
         if (trusted.public_raw, approval.signature, body) in _VERIFIED:
             return None  # this very statement was signed or verified here before
@@ -214,26 +212,17 @@ class TrustedApprovers:
         )
 
 
-_MAX_FILE = 1 << 20
-
-
 def _read(file: Path) -> list[Any]:
-    import yaml
+    from oarlock._input import decode_text, read_input
+    from oarlock._yaml import load_yaml
 
-    try:
-        with file.open("rb") as fh:
-            data = fh.read(_MAX_FILE + 1)
-    except OSError as exc:
-        raise _invalid(file, f"cannot read the approvers file ({exc.strerror})") from None
-    if len(data) > _MAX_FILE:
-        raise _invalid(file, f"the approvers file is larger than {_MAX_FILE} bytes")
-    try:
-        for event in yaml.parse(data, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                raise _invalid(file, "anchors and aliases are not allowed")
-        raw = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise _invalid(file, f"not valid YAML: {exc}") from None
+    what, code = "approvers file", "approvers_invalid"
+    name = str(file)
+    raw = load_yaml(
+        decode_text(read_input(file, what=what, code=code), name, what=what, code=code),
+        name,
+        code=code,
+    )
     if raw is None:
         return []
     if not isinstance(raw, dict) or set(raw) != {"approvers"}:

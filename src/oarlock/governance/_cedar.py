@@ -65,6 +65,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from oarlock._input import decode_text, read_input
 from oarlock.errors import CanonicalizationError, ConfigError
 from oarlock.formats._jcs import digest
 from oarlock.governance._policy import PolicyRequest, PolicyVerdict, _precheck, needs_approval
@@ -191,9 +192,12 @@ class CedarPolicy:
         if not isinstance(policies, str):
             raise ConfigError(f"{policy_id}: policies must be Cedar text", code="policy_invalid")
         if approval_ttl is not None and not (
-            isinstance(approval_ttl, int | float) and approval_ttl > 0
+            isinstance(approval_ttl, int | float)
+            and not isinstance(approval_ttl, bool)
+            and math.isfinite(approval_ttl)
+            and approval_ttl > 0
         ):
-            msg = f"{policy_id}: approval_ttl must be a positive number of seconds"
+            msg = f"{policy_id}: approval_ttl must be a finite number of seconds above 0"
             raise ConfigError(msg, code="policy_invalid")
         try:
             self._policies = cedarpy.PolicySet.from_str(policies)
@@ -220,13 +224,18 @@ class CedarPolicy:
     def from_file(
         cls, path: str | os.PathLike[str], *, policy_id: str | None = None
     ) -> CedarPolicy:
-        """The policies of a ``.cedar`` file; ``policy_id`` defaults to the file's stem."""
+        """The policies of a ``.cedar`` file, read within the input limit (see
+        :mod:`oarlock._input`); ``policy_id`` defaults to the file's stem. Errors name
+        the file."""
+        name, what = os.fspath(path), "Cedar policy file"
+        data = read_input(path, what=what, code="policy_invalid")
+        text = decode_text(data, name, what=what, code="policy_invalid")
         try:
-            text = Path(path).read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            msg = f"cannot read Cedar policy file {path}: {exc}"
-            raise ConfigError(msg, code="policy_invalid") from None
-        return cls(text, policy_id=policy_id or Path(path).stem)
+            return cls(text, policy_id=policy_id or Path(path).stem)
+        except ConfigError as exc:
+            if exc.code == "cedar_unavailable":
+                raise
+            raise ConfigError(f"{name}: {exc.message}", code=exc.code) from None
 
     def __repr__(self) -> str:
         return f"CedarPolicy({self.policy_id!r}, {self.version[:15]}…)"

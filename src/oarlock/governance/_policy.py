@@ -67,9 +67,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fnmatch import translate
-from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
+from oarlock._config import Problems, describe
+from oarlock._input import MAX_DEPTH, decode_text, read_input
+from oarlock._yaml import load_yaml
 from oarlock.errors import ConfigError
 from oarlock.formats._jcs import INT_MAX, digest
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES, SIDE_EFFECT_CLASSES
@@ -284,19 +286,27 @@ def _fail(where: str, message: str) -> NoReturn:
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return f"{str(value).lower()} (quote YAML words like yes/no/on/off)"
-    if isinstance(value, str | int | float):
-        return repr(value)
-    return "null" if value is None else "a list" if isinstance(value, list) else "a mapping"
+    if isinstance(value, str | int | float) or value is None:
+        return describe(value)
+    return "a list" if isinstance(value, list | tuple) else "a mapping"
 
 
-def _keys(value: Any, where: str, allowed: tuple[str, ...] = ()) -> dict[Any, Any]:
-    """``value`` as a mapping whose keys are all ``allowed`` (any key if none given)."""
+def _keys(
+    value: Any, where: str, problems: Problems, allowed: tuple[str, ...] = ()
+) -> dict[Any, Any] | None:
+    """The entries of the mapping ``value`` whose keys are ``allowed`` (any key if none
+    given); a problem for each other key; None (and a problem) if it is no mapping."""
     if not isinstance(value, dict):
-        _fail(where or "policy file", f"expected a mapping, got {_show(value)}")
-    for key in value:
+        problems.add(f"{where or 'policy file'}: expected a mapping, got {_show(value)}")
+        return None
+    known = {}
+    for key, item in value.items():
         if allowed and key not in allowed:
-            _fail(f"{where}.{key}" if where else key, f"unknown key; use {', '.join(allowed)}")
-    return value
+            name = f"{where}.{key}" if where else str(key)
+            problems.add(f"{name}: unknown key; use {', '.join(allowed)}")
+        else:
+            known[key] = item
+    return known
 
 
 def _strings(value: Any, where: str, what: str) -> list[str]:
@@ -312,6 +322,8 @@ def _strings(value: Any, where: str, what: str) -> list[str]:
 def _ttl(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, _NUM) or not value > 0:
         _fail(where, f"expected a positive number of seconds, got {_show(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        _fail(where, f"expected a finite number of seconds, got {_show(value)}")
     return float(value)
 
 
@@ -327,135 +339,136 @@ def _condition(name: str, value: Any, where: str) -> Test:
             _fail(where, f"expected a regular expression, got {_show(value)}")
         try:
             search = re.compile(value).search
-        except re.error as exc:
-            _fail(where, f"bad regular expression {value!r}: {exc}")
+        except (re.error, RecursionError, OverflowError) as exc:
+            _fail(where, f"bad regular expression {describe(value)}: {exc}")
         return lambda v: isinstance(v, str) and search(v) is not None
     if isinstance(value, bool) or not isinstance(value, _NUM):
         _fail(where, f"expected a number, got {_show(value)}")
     return _COMPARE[name](value)
 
 
-def _arguments(raw: Any, where: str) -> tuple[Any, ...]:
+def _arguments(raw: Any, where: str, problems: Problems) -> tuple[Any, ...]:
     compiled = []
-    for name, conditions in _keys(raw, where).items():
+    for name, conditions in (_keys(raw, where, problems) or {}).items():
         at = f"{where}.{name}"
         parts = name.split(".") if isinstance(name, str) else [""]
         if not all(parts):
-            _fail(at, "an argument path is names joined by dots, like customer.tier")
+            problems.add(f"{at}: an argument path is names joined by dots, like customer.tier")
+            continue
         if not isinstance(conditions, dict) or not conditions:
-            _fail(at, f"expected conditions like {{equals: 5}}, got {_show(conditions)}")
+            problems.add(f"{at}: expected conditions like {{equals: 5}}, got {_show(conditions)}")
+            continue
         tests = []
         for kind, value in conditions.items():
             if kind not in _CONDITIONS:
-                _fail(at, f"unknown condition {kind!r}; use {', '.join(_CONDITIONS)}")
-            tests.append(_condition(kind, value, f"{at}.{kind}"))
+                problems.add(f"{at}: unknown condition {kind!r}; use {', '.join(_CONDITIONS)}")
+                continue
+            test = problems.check(_condition, kind, value, f"{at}.{kind}")
+            if test is not None:
+                tests.append(test)
         path = tuple((p, int(p) if p.isascii() and p.isdigit() else None) for p in parts)
         compiled.append((path, tuple(tests)))
     return tuple(compiled)
 
 
-def _scope(raw: Any, where: str) -> tuple[tuple[str, str | None, frozenset[str]], ...]:
+def _scope(
+    raw: Any, where: str, problems: Problems
+) -> tuple[tuple[str, str | None, frozenset[str]], ...]:
     compiled = []
-    for key, value in _keys(raw, where).items():
+    for key, value in (_keys(raw, where, problems) or {}).items():
         at = f"{where}.{key}"
         field, _, label = str(key).partition(".")
         if not (key in _SCOPE_KEYS or (field == "labels" and label)):
-            _fail(at, f"unknown scope key; use {', '.join(_SCOPE_KEYS)} or labels.<name>")
-        compiled.append((field, label or None, frozenset(_strings(value, at, "a string"))))
+            problems.add(f"{at}: unknown scope key; use {', '.join(_SCOPE_KEYS)} or labels.<name>")
+            continue
+        strings = problems.check(_strings, value, at, "a string")
+        if strings is not None:
+            compiled.append((field, label or None, frozenset(strings)))
     return tuple(compiled)
 
 
-def _compile(raw: Any, index: int, default_ttl: float | None) -> _Rule:
+_RULE_KEYS = ("id", "effect", "reason", "approval_ttl", "match")
+_MATCH_KEYS = ("tool", "class", "scope", "arguments")
+
+
+def _compile(raw: Any, index: int, default_ttl: float | None, problems: Problems) -> _Rule | None:
+    """The rule ``raw`` compiled, or None after adding every problem it has."""
     where = f"rules[{index}]"
     if not isinstance(raw, dict):
-        _fail(where, f"expected a mapping, got {_show(raw)}")
+        problems.add(f"{where}: expected a mapping, got {_show(raw)}")
+        return None
+    before = len(problems)
     rule_id = raw.get("id")
+    ctx = where
     if not isinstance(rule_id, str) or not rule_id:
-        _fail(f"{where}.id", f"required, a non-empty string; got {_show(rule_id)}")
-    ctx = f"rule {rule_id!r} ({where})"
+        problems.add(f"{where}.id: required, a non-empty string; got {_show(rule_id)}")
+    else:
+        ctx = f"rule {rule_id!r} ({where})"
     for key in raw:
-        if key not in ("id", "effect", "reason", "approval_ttl", "match"):
-            _fail(f"{ctx}: {key}", "unknown key; use id, effect, reason, approval_ttl, match")
+        if key not in _RULE_KEYS:
+            problems.add(f"{ctx}: {key}: unknown key; use {', '.join(_RULE_KEYS)}")
     effect = raw.get("effect")
     if effect not in _EFFECTS:
-        _fail(f"{ctx}: effect", f"expected one of {', '.join(_EFFECTS)}, got {_show(effect)}")
+        problems.add(f"{ctx}: effect: expected one of {', '.join(_EFFECTS)}, got {_show(effect)}")
     reason = raw.get("reason")
     if reason is not None and not isinstance(reason, str):
-        _fail(f"{ctx}: reason", f"expected a string, got {_show(reason)}")
+        problems.add(f"{ctx}: reason: expected a string, got {_show(reason)}")
     ttl = None
     if "approval_ttl" in raw:
         if effect == "deny":
-            _fail(f"{ctx}: approval_ttl", "a deny rule gives or asks for no approval")
-        ttl = _ttl(raw["approval_ttl"], f"{ctx}: approval_ttl")
-    match = _keys(raw.get("match", {}), f"{ctx}: match", ("tool", "class", "scope", "arguments"))
+            problems.add(f"{ctx}: approval_ttl: a deny rule gives or asks for no approval")
+        else:
+            ttl = problems.check(_ttl, raw["approval_ttl"], f"{ctx}: approval_ttl")
+    match = _keys(raw.get("match", {}), f"{ctx}: match", problems, _MATCH_KEYS) or {}
     tools = None
     if "tool" in match:
-        globs = _strings(match["tool"], f"{ctx}: match.tool", "a glob")
-        tools = re.compile("|".join(f"(?:{translate(g)})" for g in globs)).match
+        globs = problems.check(_strings, match["tool"], f"{ctx}: match.tool", "a glob")
+        if globs is not None:
+            tools = re.compile("|".join(f"(?:{translate(g)})" for g in globs)).match
     classes = None
     if "class" in match:
-        classes = frozenset(_strings(match["class"], f"{ctx}: match.class", "a class"))
+        named = problems.check(_strings, match["class"], f"{ctx}: match.class", "a class")
+        classes = frozenset(named or ())
         for cls in sorted(classes - _CLASSES):
             known = ", ".join(SIDE_EFFECT_CLASSES)
-            _fail(f"{ctx}: match.class", f"unknown side-effect class {cls!r}; use {known}")
+            problems.add(f"{ctx}: match.class: unknown side-effect class {cls!r}; use {known}")
+    scope = _scope(match.get("scope", {}), f"{ctx}: match.scope", problems)
+    arguments = _arguments(match.get("arguments", {}), f"{ctx}: match.arguments", problems)
+    if len(problems) > before or not isinstance(rule_id, str) or effect not in _EFFECTS:
+        return None
     why = (reason or f"rule {rule_id!r} matched",)
     standing = PolicyVerdict(effect, rule_id, why, ttl)
     verdict = PolicyVerdict(effect, rule_id, why)
     if effect == "require_approval":
         verdict = standing = PolicyVerdict(effect, rule_id, why, ttl or default_ttl)
-    return _Rule(
-        rule_id,
-        tools,
-        classes,
-        _scope(match.get("scope", {}), f"{ctx}: match.scope"),
-        _arguments(match.get("arguments", {}), f"{ctx}: match.arguments"),
-        verdict,
-        standing,
-    )
+    return _Rule(rule_id, tools, classes, scope, arguments, verdict, standing)
 
 
-def _plain(value: Any, where: str) -> Any:
-    """A JSON copy of ``value`` (mappings become dicts, tuples lists), or a ConfigError."""
+def _plain(value: Any, where: str, problems: Problems, depth: int = 0) -> Any:
+    """A JSON copy of ``value`` (mappings become dicts, tuples lists); a problem for each
+    value that is not JSON (and None in its place)."""
+    if depth > MAX_DEPTH:
+        problems.add(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        return None
     if isinstance(value, Mapping):
-        for key in value:
+        out = {}
+        for key, item in value.items():
             if not isinstance(key, str):
-                _fail(where or "policy", f"keys must be strings, got {_show(key)}")
-        return {k: _plain(v, f"{where}.{k}" if where else k) for k, v in value.items()}
+                problems.add(f"{where or 'policy'}: keys must be strings, got {_show(key)}")
+                continue
+            out[key] = _plain(item, f"{where}.{key}" if where else key, problems, depth + 1)
+        return out
     if isinstance(value, list | tuple):
-        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_plain(v, f"{where}[{i}]", problems, depth + 1) for i, v in enumerate(value)]
     if isinstance(value, float) and not math.isfinite(value):
-        _fail(where, f"{value} is not a JSON number")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
-        _fail(where, f"integer {value} is beyond ±(2**53 - 1)")
-    if value is None or isinstance(value, str | int | float):
+        problems.add(f"{where}: {value} is not a JSON number")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
+        problems.add(f"{where}: integer {describe(value)} is beyond ±(2**53 - 1)")
+    elif value is None or isinstance(value, str | int | float):
         return value
-    _fail(where, f"{type(value).__name__} is not a JSON value (quote it)")
-
-
-def _load_yaml(text: str) -> Any:
-    """Parse YAML like ``yaml.safe_load``, refusing duplicate keys in a mapping."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-        loader.flatten_mapping(node)
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = loader.construct_object(key_node)
-            if isinstance(key, str | int | float | bool) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return loader.construct_mapping(node)
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    try:
-        return yaml.load(text, Loader=Loader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", code="policy_invalid") from None
+    else:
+        problems.add(f"{where}: {type(value).__name__} is not a JSON value (quote it)")
+    return None
 
 
 class RulePolicy:
@@ -472,33 +485,38 @@ class RulePolicy:
     )
 
     def __init__(self, data: Mapping[str, Any], *, source: str = "<policy>") -> None:
-        try:
-            if not isinstance(data, Mapping):
-                _fail("policy file", f"expected a mapping, got {_show(data)}")
-            _keys(dict(data), "", ("policy", "approval_ttl", "rules"))
-            plain = _plain(data, "")
-            policy_id = plain.get("policy")
-            if not isinstance(policy_id, str) or not policy_id:
-                _fail("policy", f"required, a non-empty string; got {_show(policy_id)}")
-            ttl = _ttl(plain["approval_ttl"], "approval_ttl") if "approval_ttl" in plain else None
-            raw_rules = plain.get("rules", [])
-            if not isinstance(raw_rules, list):
-                _fail("rules", f"expected a list of rules, got {_show(raw_rules)}")
-            rules = [_compile(raw, i, ttl) for i, raw in enumerate(raw_rules)]
-            first: dict[str, int] = {}
-            for i, rule in enumerate(rules):
-                if rule.id in first:
-                    _fail(
-                        f"rule {rule.id!r} (rules[{i}])", f"rules[{first[rule.id]}] has this id too"
-                    )
-                first[rule.id] = i
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc.message}", code="policy_invalid") from None
+        problems = Problems(f"{source}: ")
+        if not isinstance(data, Mapping):
+            problems.add(f"policy file: expected a mapping, got {_show(data)}")
+            raise problems.error(source, code="policy_invalid")
+        plain = _plain(data, "", problems)
+        top = _keys(plain, "", problems, ("policy", "approval_ttl", "rules")) or {}
+        policy_id = top.get("policy")
+        if not isinstance(policy_id, str) or not policy_id:
+            problems.add(f"policy: required, a non-empty string; got {_show(policy_id)}")
+        ttl = None
+        if "approval_ttl" in top:
+            ttl = problems.check(_ttl, top["approval_ttl"], "approval_ttl")
+        raw_rules = top.get("rules", [])
+        if not isinstance(raw_rules, list):
+            problems.add(f"rules: expected a list of rules, got {_show(raw_rules)}")
+            raw_rules = []
+        rules = [_compile(raw, i, ttl, problems) for i, raw in enumerate(raw_rules)]
+        first: dict[str, int] = {}
+        for i, rule in enumerate(rules):
+            if rule is None:
+                continue
+            if rule.id in first:
+                other = f"rules[{first[rule.id]}]"
+                problems.add(f"rule {rule.id!r} (rules[{i}]): {other} has this id too")
+            first.setdefault(rule.id, i)
+        if problems or not isinstance(policy_id, str):
+            raise problems.error(source, code="policy_invalid")
         self.policy_id: str = policy_id
         self.version: str = digest(plain)
         self.approval_ttl: float | None = ttl
         self.rule_ids: tuple[str, ...] = tuple(first)
-        self._rules = tuple(rules)
+        self._rules = tuple(r for r in rules if r is not None)
         self._cache: dict[tuple[str, str], tuple[_Rule, ...]] = {}
         self._defaults = _defaults(ttl)
 
@@ -508,20 +526,17 @@ class RulePolicy:
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<policy>") -> RulePolicy:
-        try:
-            data = _load_yaml(text)
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc.message}", code=exc.code) from None
-        return cls(data, source=source)
+        """A policy from YAML text, read by oarlock's one YAML reader (no anchors, aliases
+        or merge keys; see :mod:`oarlock._yaml`)."""
+        return cls(load_yaml(text, source, code="policy_invalid"), source=source)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> RulePolicy:
-        try:
-            text = Path(path).read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            msg = f"cannot read policy file {path}: {exc}"
-            raise ConfigError(msg, code="policy_invalid") from None
-        return cls.from_yaml(text, source=str(path))
+        """A policy file, read within the input limit (:mod:`oarlock._input`)."""
+        name = os.fspath(path)
+        data = read_input(path, what="policy file", code="policy_invalid")
+        text = decode_text(data, name, what="policy file", code="policy_invalid")
+        return cls.from_yaml(text, source=name)
 
     def __repr__(self) -> str:
         return f"RulePolicy({self.policy_id!r}, rules={len(self._rules)}, {self.version[:15]}…)"

@@ -7,9 +7,12 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from oarlock._config import Problems, at, need_mapping, need_number, unknown_keys
 from oarlock.errors import ConfigError
 
 __all__ = ["DEFAULT_PRICES", "Price", "PricingTable"]
+
+_PRICE_KEYS = ("input_per_million", "output_per_million", "cached_input_per_million")
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +20,15 @@ class Price:
     input_per_million: float
     output_per_million: float
     cached_input_per_million: float | None = None
+
+    def __post_init__(self) -> None:
+        problems = Problems()
+        for name in ("input_per_million", "output_per_million", "cached_input_per_million"):
+            value = getattr(self, name)
+            if value is not None or name != "cached_input_per_million":
+                problems.check(need_number, value, name)
+        if problems:
+            raise problems.error("price")
 
     def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
         cached_rate = (
@@ -73,28 +85,32 @@ class PricingTable:
         return price
 
     @staticmethod
-    def parse(raw: object) -> dict[str, Price]:
-        if not isinstance(raw, Mapping):
-            raise ConfigError("pricing must be a mapping of model to prices")
+    def parse(raw: object, key: str = "pricing") -> dict[str, Price]:
+        """Prices from an agent file's ``pricing``: model string (or glob) to
+        ``input_per_million``, ``output_per_million`` and optional
+        ``cached_input_per_million``, each a finite number of USD ≥ 0. Every problem is
+        reported (one ConfigError listing them)."""
+        table = need_mapping(raw, key)
+        problems = Problems()
         out: dict[str, Price] = {}
-        for model, entry in raw.items():
-            if not isinstance(entry, Mapping):
-                raise ConfigError(f"pricing for {model!r} must be a mapping")
-            try:
-                out[model] = Price(
-                    float(entry["input_per_million"]),
-                    float(entry["output_per_million"]),
-                    (
-                        float(entry["cached_input_per_million"])
-                        if "cached_input_per_million" in entry
-                        else None
-                    ),
-                )
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ConfigError(
-                    f"pricing for {model!r} needs numeric input_per_million and "
-                    f"output_per_million ({exc})"
-                ) from None
-            if min(out[model].input_per_million, out[model].output_per_million) < 0:
-                raise ConfigError(f"pricing for {model!r} cannot be negative")
+        for model, entry in table.items():
+            where = at(key, model)
+            if not model:
+                problems.add(f"{key}: a model string must not be empty")
+                continue
+            before = len(problems)
+            spec = problems.check(need_mapping, entry, where)
+            if spec is None:
+                continue
+            problems.extend(unknown_keys(spec, where, _PRICE_KEYS))
+            values: dict[str, float] = {}
+            for name in _PRICE_KEYS:
+                if name in spec:
+                    values[name] = problems.check(need_number, spec[name], at(where, name)) or 0.0
+                elif name != "cached_input_per_million":
+                    problems.add(f"{at(where, name)}: required (USD per million tokens)")
+            if len(problems) == before:
+                out[model] = Price(**values)
+        if problems:
+            raise problems.error(key)
         return out

@@ -4,43 +4,84 @@ so a run resumed anywhere continues its script."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from oarlock.errors import ConfigError, ModelError, RetryableModelError
+from oarlock._config import (
+    Problems,
+    at,
+    describe,
+    need_json,
+    need_mapping,
+    need_number,
+    need_text,
+    need_whole,
+    unknown_keys,
+)
+from oarlock._input import decode_text, read_input
+from oarlock._yaml import load_yaml
+from oarlock.errors import ConfigError, FormatError, ModelError, RetryableModelError
 from oarlock.formats._models import AssistantMessage, TextPart, ToolCallPart
 from oarlock.models._base import ModelRequest, ModelResponse, assistant_message, call_part
 
 __all__ = ["ScriptedModel"]
 
 
+_TURN = ("text", "tool_calls", "usage", "fail")
+_CALL = ("name", "arguments", "id")
+_USAGE = ("input_tokens", "output_tokens", "cached_tokens")
+_FAIL = ("kind", "retry_after", "message")
+_KINDS = ("rate_limit", "server_error", "fatal")
+
+
 class ScriptedModel:
     """Turns are mappings: ``text``, ``tool_calls`` (each ``name``, ``arguments`` as an
     object or as raw text, optional ``id``), ``usage`` (``input_tokens``,
-    ``output_tokens``), and ``fail`` (errors to raise before the turn succeeds, each
-    ``{"kind": "rate_limit"|"server_error"|"fatal", "retry_after": seconds}``)."""
+    ``output_tokens``, ``cached_tokens``), and ``fail`` (errors to raise before the turn
+    succeeds, each ``{"kind": "rate_limit"|"server_error"|"fatal", "retry_after":
+    seconds, "message": text}``). A script is checked whole when the model is made: every
+    problem is reported at once, naming the turn and the key."""
 
-    def __init__(self, turns: list[dict[str, Any]], *, name: str = "script") -> None:
-        if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
-            raise ConfigError("a script is a list of turns, each a mapping")
+    def __init__(
+        self, turns: list[dict[str, Any]], *, name: str = "script", source: str | None = None
+    ) -> None:
+        problems = Problems(f"{source}: " if source else "script: ")
+        if not isinstance(turns, list):
+            problems.add(f"turns: must be a list of turns, got {describe(turns)}")
+        else:
+            for i, turn in enumerate(turns):
+                _check_turn(turn, f"turns[{i}]", problems)
+        if problems:
+            raise problems.error(source or "script")
         self.turns = turns
         self._model_id = f"scripted:{name}"
         self._failures: dict[int, int] = {}
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
-        import yaml
-
+        """A script file: YAML (or JSON for a ``.json`` file) holding the list of turns, or
+        a mapping whose ``turns`` holds it. Read within the input limit (see
+        :mod:`oarlock._input`)."""
         p = Path(path)
-        try:
-            text = p.read_text("utf-8")
-            data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read script {p}: {exc}") from None
+        name = str(path)
+        text = decode_text(read_input(p, what="script file"), name, what="script file")
+        if p.suffix == ".json":
+            from oarlock.formats._validate import loads_strict
+
+            try:
+                data = loads_strict(text)
+            except FormatError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
+        else:
+            data = load_yaml(text, name)
         if isinstance(data, dict):
-            data = data.get("turns")
-        return cls(data, name=p.stem.removesuffix(".script"))
+            extra = sorted(str(k) for k in data if k != "turns")
+            if extra:
+                raise ConfigError(f"{name}: {extra[0]}: unknown key (allowed: turns)")
+            if "turns" not in data:
+                raise ConfigError(f"{name}: turns: required (the list of turns)")
+            data = data["turns"]
+        return cls(data, name=p.stem.removesuffix(".script"), source=name)
 
     @property
     def model_id(self) -> str:
@@ -69,6 +110,68 @@ class ScriptedModel:
         raise RetryableModelError(
             f.get("message", f"scripted {kind}"), code=kind, retry_after=f.get("retry_after")
         )
+
+
+def _check_turn(turn: Any, where: str, problems: Problems) -> None:
+    spec = problems.check(need_mapping, turn, where)
+    if spec is None:
+        return
+    problems.extend(unknown_keys(spec, where, _TURN))
+    if spec.get("text") is not None:
+        problems.check(need_text, spec["text"], at(where, "text"))
+    calls = spec.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        problems.add(f"{at(where, 'tool_calls')}: must be a list, got {describe(calls)}")
+    for j, call in enumerate(calls if isinstance(calls, list) else []):
+        _check_call(call, f"{where}.tool_calls[{j}]", problems)
+    usage = spec.get("usage")
+    if usage is not None:
+        usage = problems.check(need_mapping, usage, at(where, "usage"))
+    if usage is not None:
+        problems.extend(unknown_keys(usage, at(where, "usage"), _USAGE))
+        for key in _USAGE:
+            if key in usage:
+                problems.check(need_whole, usage[key], f"{where}.usage.{key}")
+    failures = spec.get("fail")
+    if failures is not None and not isinstance(failures, list):
+        problems.add(f"{at(where, 'fail')}: must be a list, got {describe(failures)}")
+    for k, failure in enumerate(failures if isinstance(failures, list) else []):
+        _check_failure(failure, f"{where}.fail[{k}]", problems)
+
+
+def _check_call(call: Any, where: str, problems: Problems) -> None:
+    spec = problems.check(need_mapping, call, where)
+    if spec is None:
+        return
+    problems.extend(unknown_keys(spec, where, _CALL))
+    problems.check(need_text, spec.get("name"), at(where, "name"), empty=False)
+    if "id" in spec:
+        problems.check(need_text, spec["id"], at(where, "id"), empty=False)
+    arguments = spec.get("arguments", {})
+    if isinstance(arguments, str):
+        return
+    if not isinstance(arguments, dict):
+        problems.add(
+            f"{at(where, 'arguments')}: must be a mapping or text, got {describe(arguments)}"
+        )
+        return
+    problems.check(need_json, arguments, at(where, "arguments"))
+
+
+def _check_failure(failure: Any, where: str, problems: Problems) -> None:
+    spec = problems.check(need_mapping, failure, where)
+    if spec is None:
+        return
+    problems.extend(unknown_keys(spec, where, _FAIL))
+    kind = spec.get("kind", "server_error")
+    if kind not in _KINDS:
+        problems.add(
+            f"{at(where, 'kind')}: must be one of {', '.join(_KINDS)}, got {describe(kind)}"
+        )
+    if spec.get("retry_after") is not None:
+        problems.check(need_number, spec["retry_after"], at(where, "retry_after"))
+    if "message" in spec:
+        problems.check(need_text, spec["message"], at(where, "message"))
 
 
 def _usage(turn: dict[str, Any]) -> tuple[int, int, int]:

@@ -85,6 +85,7 @@ try:
 except ImportError as exc:  # pragma: no cover
     raise ImportError(f"MCP tools need the mcp package (mcp>=2.3): {exc}") from exc
 
+from oarlock._config import Problems, describe, joined
 from oarlock._secrets import redact, register_named, register_url
 from oarlock.errors import ConfigError, OutcomeUnknown, ToolError
 from oarlock.formats._jcs import digest
@@ -146,59 +147,82 @@ class MCPServerConfig:
     restart_window_seconds: float = 60.0
 
     def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError(joined(f"mcp_servers.{self.name}", problems), problems=problems)
+
+    def problems(self) -> list[str]:
+        """Every problem of this config, each naming its key (empty if there is none)."""
+        found = Problems()
         where = f"mcp_servers.{self.name}"
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise ConfigError(f"mcp_servers: server name {self.name!r}: use letters, digits, _ -")
+            found.add(f"mcp_servers: server name {describe(self.name)}: use letters, digits, _ -")
         if (self.command is None) == (self.url is None):
-            raise ConfigError(f"{where}: give exactly one of command (stdio) or url (HTTP)")
+            found.add(f"{where}: give exactly one of command (stdio) or url (HTTP)")
         if self.command is not None and (
             not isinstance(self.command, list)
             or not self.command
-            or not all(isinstance(a, str) and a for a in self.command)
+            or not all(isinstance(a, str) and a and "\0" not in a for a in self.command)
         ):
-            raise ConfigError(f"{where}.command: expected a list of strings like [npx, server]")
+            found.add(f"{where}.command: expected a list of strings like [npx, server]")
         if self.url is not None and not (
-            isinstance(self.url, str) and re.match(r"https?://", self.url)
+            isinstance(self.url, str) and re.match(r"https?://[^\s]+$", self.url)
         ):
-            raise ConfigError(f"{where}.url: expected an http:// or https:// URL")
+            found.add(f"{where}.url: expected an http:// or https:// URL")
         if self.url is not None and (self.env is not None or self.cwd is not None):
-            raise ConfigError(f"{where}: env and cwd are for a command, not a url")
+            found.add(f"{where}: env and cwd are for a command, not a url")
         if self.command is not None and self.headers is not None:
-            raise ConfigError(f"{where}.headers: headers are for a url, not a command")
-        for key, kind in (("env", str), ("headers", str), ("side_effects", str)):
-            _check_map(getattr(self, key), f"{where}.{key}", kind)
-        _check_map(self.needs_approval, f"{where}.needs_approval", bool)
-        for tool, cls in self.side_effects.items():
-            _check_class(cls, f"{where}.side_effects.{tool}")
+            found.add(f"{where}.headers: headers are for a url, not a command")
+        for key in ("env", "headers", "side_effects"):
+            found.extend(_map_problems(getattr(self, key), f"{where}.{key}", str))
+        found.extend(_map_problems(self.needs_approval, f"{where}.needs_approval", bool))
+        if isinstance(self.side_effects, Mapping):
+            for tool, cls in self.side_effects.items():
+                if isinstance(cls, str):
+                    with found.catch():
+                        _check_class(cls, f"{where}.side_effects.{tool}")
         if self.default_side_effect is not None:
-            _check_class(self.default_side_effect, f"{where}.default_side_effect")
-        if self.cwd is not None and not isinstance(self.cwd, str):
-            raise ConfigError(f"{where}.cwd: expected a string")
+            with found.catch():
+                _check_class(self.default_side_effect, f"{where}.default_side_effect")
+        if self.cwd is not None and not (isinstance(self.cwd, str) and "\0" not in self.cwd):
+            found.add(f"{where}.cwd: expected a string, got {describe(self.cwd)}")
         if not isinstance(self.trust_hints, bool):
-            raise ConfigError(f"{where}.trust_hints: expected true or false")
+            got = describe(self.trust_hints)
+            found.add(f"{where}.trust_hints: expected true or false, got {got}")
         for key in ("timeout_seconds", "start_timeout_seconds", "restart_window_seconds"):
             value = getattr(self, key)
             if value is not None and not _positive(value):
-                raise ConfigError(f"{where}.{key}: expected a positive number, got {value!r}")
+                found.add(f"{where}.{key}: expected a positive number, got {describe(value)}")
         restarts = self.max_restarts
         if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-            raise ConfigError(f"{where}.max_restarts: expected a whole number of at least 0")
+            found.add(f"{where}.max_restarts: expected a whole number of at least 0")
+        return found.items
 
     @classmethod
     def from_dict(
         cls, name: str, data: Mapping[str, Any], *, base_dir: Path | None = None
     ) -> MCPServerConfig:
         """A config from an agent file's ``mcp_servers.<name>`` mapping; a relative ``cwd``
-        is taken from ``base_dir`` (the agent file's folder)."""
+        is taken from ``base_dir`` (the agent file's folder). Every problem of the entry
+        is reported at once (one ConfigError listing them)."""
+        where = f"mcp_servers.{name}"
         if not isinstance(data, Mapping):
-            raise ConfigError(f"mcp_servers.{name}: expected a mapping")
-        for key in data:
-            if key not in _KEYS:
-                raise ConfigError(f"mcp_servers.{name}.{key}: unknown key; use {', '.join(_KEYS)}")
-        d = dict(data)
+            raise ConfigError(f"{where}: expected a mapping, got {describe(data)}")
+        use = ", ".join(_KEYS)
+        problems = [f"{where}.{key}: unknown key; use {use}" for key in data if key not in _KEYS]
+        d = {k: v for k, v in data.items() if k in _KEYS}
         if isinstance(d.get("cwd"), str) and base_dir is not None:
             d["cwd"] = str(base_dir / d["cwd"])
-        return cls(name=name, **d)
+        for key in ("side_effects", "needs_approval"):  # optional: absent or null is none
+            if d.get(key) is None:
+                d.pop(key, None)
+        try:
+            config = cls(name=name, **d)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        if problems:
+            raise ConfigError(joined(where, problems), problems=problems)
+        return config
 
     @property
     def target(self) -> str:
@@ -217,15 +241,17 @@ def _check_class(value: Any, where: str) -> None:
         raise ConfigError(f"{where}: unknown side-effect class {value!r}; use one of {known}")
 
 
-def _check_map(value: Any, where: str, kind: type) -> None:
+def _map_problems(value: Any, where: str, kind: type) -> list[str]:
     if value is None:
-        return
+        return []
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping")
-    for k, v in value.items():
-        if not isinstance(k, str) or not isinstance(v, kind):
-            what = "true or false" if kind is bool else "a string"
-            raise ConfigError(f"{where}.{k}: expected {what}, got {v!r}")
+        return [f"{where}: expected a mapping, got {describe(value)}"]
+    what = "true or false" if kind is bool else "a string"
+    return [
+        f"{where}.{k}: expected {what}, got {describe(v)}"
+        for k, v in value.items()
+        if not isinstance(k, str) or not isinstance(v, kind) or (isinstance(v, str) and "\0" in v)
+    ]
 
 
 def side_effect_for(config: MCPServerConfig, tool: mt.Tool) -> SideEffectClass:

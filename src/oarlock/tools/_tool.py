@@ -13,6 +13,7 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from oarlock._config import describe, need_bool, need_number
 from oarlock.errors import ConfigError, ToolError
 from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import SideEffectClass
@@ -139,6 +140,17 @@ class Tool:
     parameters: dict[str, Any] = field(repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ConfigError(f"a tool's name must be a string, not {describe(self.name)}")
+        if self.timeout_seconds is not None:
+            need_number(self.timeout_seconds, f"tool {self.name!r}: timeout_seconds", positive=True)
+        need_bool(self.allow_response, f"tool {self.name!r}: allow_response")
+        for key in ("needs_approval", "idempotency_key"):
+            rule = getattr(self, key)
+            flag = key == "needs_approval" and isinstance(rule, bool)
+            if not (rule is None or flag or callable(rule)):
+                problem = f"must be a function, got {describe(rule)}"
+                raise ConfigError(f"tool {self.name!r}: {key}: {problem}")
         if self.side_effect not in SIDE_EFFECT_CLASSES:
             raise ConfigError(
                 f"tool {self.name!r}: unknown side-effect class "
