@@ -165,3 +165,30 @@ def _own_config_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     """Each test its own configuration home: a key one test creates (``oarlock keys
     create``, run in process by the CLI fuzz tests too) is never another test's default."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
+def _package_digest() -> str:
+    """A digest of every file of the oarlock package and the examples (names and bytes)."""
+    roots = (ROOT / "src" / "oarlock", EXAMPLES)
+    h = hashlib.sha256()
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_DIGEST] = _package_digest()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test that writes into the package or the examples (a command told to write where
+    a shipped file is) fails the session, whatever else passed."""
+    before = session.config.stash.get(_DIGEST, None)
+    if before is not None and _package_digest() != before:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nthe tests changed files of src/oarlock or examples/ (see git status)")
+
+
+_DIGEST = pytest.StashKey[str]()

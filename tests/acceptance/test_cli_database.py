@@ -103,6 +103,16 @@ def test_a_mistyped_database_is_reported_never_created(tmp_path: Path, argv: lis
     assert list(tmp_path.iterdir()) == []
 
 
+def test_run_of_a_bad_agent_file_creates_no_database(tmp_path: Path) -> None:
+    db = tmp_path / "data" / "runs.db"
+    (tmp_path / "bad.yaml").write_text("name: [1]\n", "utf-8")
+    for agent in (tmp_path / "missing.yaml", tmp_path / "bad.yaml"):
+        result = call(["--db", str(db), "run", str(agent), "hi"])
+        assert result.code == 1, result
+        assert "Traceback" not in result.err
+    assert not db.parent.exists()
+
+
 def test_a_database_whose_folder_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "plain").write_text("x")
     for db in (tmp_path / "plain" / "runs.db", tmp_path / "plain" / "deeper" / "runs.db"):

@@ -180,7 +180,7 @@ def argvs(draw: st.DrawFn, seed: Seed) -> list[str]:
     tokens at all in any order (options without values, values without options)."""
     command = draw(st.sampled_from(COMMANDS))
     real = st.sampled_from(
-        [seed.run_id, "call_2_1", seed.invocation_id, str(AGENT_FILE), "run.json", "bad.json"]
+        [seed.run_id, "call_2_1", seed.invocation_id, "refund-desk.yaml", "run.json", "bad.json"]
     )
     value = st.one_of(real, TOKENS)
     if draw(st.integers(0, 2)) == 0:
@@ -213,6 +213,9 @@ def workdir(seed: Seed) -> Iterator[Path]:
         work = seed.folder / "work"
         work.mkdir()
         (work / "afile").write_text("not a folder\n")
+        # a copy of the demo agent: a command may write where it is told, never into oarlock
+        for source in AGENT_FILE.parent.glob("refund-desk*.yaml"):
+            shutil.copyfile(source, work / source.name)
         exported = call(["--db", str(seed.template), "runs", "export", seed.run_id])
         assert exported.code == 0, exported
         (work / "run.json").write_text(exported.out)

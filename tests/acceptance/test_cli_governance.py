@@ -184,6 +184,11 @@ def test_audit_verify_catches_a_rewritten_history_only_with_a_checkpoint(
     (tmp_path / "k.pub").write_text(cli.ok("audit", "keygen", str(key)))
     kept = tmp_path / "checkpoint.json"
     cli.ok("audit", "checkpoint", "--key", str(key), "--out", str(kept))
+    first = kept.read_text()
+    again = cli("audit", "checkpoint", "--key", str(key), "--out", str(kept))
+    assert again.returncode == 1 and "exists" in again.stderr  # never written over
+    assert kept.read_text() == first
+    cli.ok("audit", "checkpoint", "--key", str(key), "--out", str(tmp_path / "later.json"))
     with sqlite3.connect(cli.db) as conn:
         conn.execute("DELETE FROM checkpoints")  # the forger covers the tracks in the database
         rows = conn.execute(

@@ -114,8 +114,8 @@ def _add_run_commands(sub: Any) -> None:
         "--model",
         metavar="MODEL",
         type=text,
-        help="run the agent file unchanged against another model "
-        "(e.g. openai-compatible:qwen2.5@http://127.0.0.1:11434/v1); kept for resumes",
+        help="run the agent file against another model (e.g. openai:gpt-4.1); kept for "
+        "resumes; a cost limit needs a price for it in the agent file's pricing",
     )
     _run_action(p, "run")
 

@@ -14,7 +14,6 @@ import dataclasses
 import json
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 from oarlock._render import block, dumps, line
@@ -251,9 +250,17 @@ async def _verify(args: argparse.Namespace, store: RunStore) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
+_CHECKPOINT_MAX = 64 * 1024  # a checkpoint is a few hundred bytes
+
+
 def _read_checkpoint(path: str) -> Checkpoint:
+    from oarlock._input import read_input
+
     try:
-        data = json.loads(Path(path).read_text("utf-8"))
+        raw = read_input(path, what="checkpoint", code="usage", limit=_CHECKPOINT_MAX)
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise OarlockError(f"checkpoint {path} is not UTF-8 text", code="usage") from None
     except OSError as exc:
         raise OarlockError(
             f"cannot read checkpoint {path}: {exc.strerror or type(exc).__name__}", code="usage"
@@ -282,8 +289,15 @@ async def _checkpoint(args: argparse.Namespace, store: RunStore) -> int:
 
 
 def _write_file(path: str, text: str, what: str) -> None:
+    """Write ``text`` to a new file: an existing one (an older checkpoint, or any other
+    file) is never overwritten."""
     try:
-        Path(path).write_text(text, "utf-8")
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(text)
+    except FileExistsError:
+        raise OarlockError(
+            f"{path} exists; {what} is written to a new file", code="file_exists"
+        ) from None
     except OSError as exc:
         raise OarlockError(
             f"cannot write {what} to {path}: {exc.strerror or type(exc).__name__}",

@@ -180,7 +180,7 @@ def _finish(doc: RunDocument) -> int:
 async def _run(args: argparse.Namespace, store: RunStore) -> int:
     tags = _tags(args.tag)
     agent_file = str(Path(args.agent_file).resolve())
-    agent = _load(agent_file, args.model)
+    agent: Agent = args.loaded_agent  # loaded before the store opened (see dispatch)
     if args.detach:
         import subprocess
 
@@ -425,4 +425,9 @@ def dispatch(args: argparse.Namespace) -> int:
     read = _READS.get(args.action)
     if read is not None:
         return read_command(args, read)
+    if args.action == "run":  # a bad agent file must not leave a new, empty database
+        try:
+            args.loaded_agent = _load(str(Path(args.agent_file).resolve()), args.model)
+        except OarlockError as exc:
+            return refused(exc)
     return run_command(args, _COMMANDS[args.action])

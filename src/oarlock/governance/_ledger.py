@@ -92,7 +92,6 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -353,16 +352,25 @@ def _key_error(where: str, problem: str) -> ConfigError:
     return ConfigError(f"{where}: {problem}", code="key_invalid")
 
 
+_KEY_FILE_MAX = 64 * 1024  # a PEM key is a few hundred bytes
+
+
 def _read_key_file(path: str | os.PathLike[str], what: str) -> bytes:
     name = os.fspath(path)
     try:
-        return Path(name).read_bytes()
+        with open(name, "rb") as fh:
+            data = fh.read(_KEY_FILE_MAX + 1)
     except FileNotFoundError:
         raise _key_error(name, f"{what} file does not exist") from None
     except IsADirectoryError:
         raise _key_error(name, f"is a directory, not a {what} file") from None
     except OSError as exc:
         raise _key_error(name, f"cannot read the {what} file ({exc.strerror})") from None
+    except ValueError as exc:  # a NUL in the path
+        raise _key_error(name, f"cannot read the {what} file ({exc})") from None
+    if len(data) > _KEY_FILE_MAX:
+        raise _key_error(name, f"is larger than {_KEY_FILE_MAX} bytes: not a {what} file")
+    return data
 
 
 def _not_ed25519(key: object) -> str:
