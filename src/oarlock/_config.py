@@ -103,10 +103,11 @@ def need_number(value: Any, key: str, *, positive: bool = False) -> float:
 _JSON_INT = 2**53 - 1
 
 
-def need_json(value: Any, key: str) -> Any:
+def need_json(value: Any, key: str, *, portable: bool = True) -> Any:
     """A JSON value: objects with string keys, arrays, strings, finite numbers (integers
     within ±(2**53 - 1), which have a canonical form), booleans and null, nested at most
-    :data:`~oarlock._input.MAX_DEPTH` levels."""
+    :data:`~oarlock._input.MAX_DEPTH` levels. With ``portable=False``, any number a JSON
+    parser can give (huge integers, infinities, NaN) is taken too: what a model may send."""
     stack: list[tuple[Any, str, int]] = [(value, key, 0)]
     while stack:
         item, where, depth = stack.pop()
@@ -119,6 +120,8 @@ def need_json(value: Any, key: str) -> Any:
                 stack.append((v, at(where, k), depth + 1))
         elif isinstance(item, list | tuple):
             stack.extend((v, at(where, i), depth + 1) for i, v in enumerate(item))
+        elif not portable and isinstance(item, int | float):
+            continue
         elif isinstance(item, float) and not math.isfinite(item):
             raise _bad(where, "must be a finite number", item)
         elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > _JSON_INT:

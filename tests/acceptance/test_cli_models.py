@@ -61,7 +61,7 @@ def test_an_unpriced_model_is_refused_where_the_agent_file_sets_a_cost_limit(
     assert out.returncode == 1, out.stdout
     assert out.stderr.startswith(f"oarlock: --model {model}: no price for model")
     assert "Traceback" not in out.stderr
-    assert cli.runs() == [] and openai_server.requests == []
+    assert not cli.db.exists() and openai_server.requests == []  # no run, not even a store
 
 
 def test_with_model_keeps_the_cost_limit() -> None:

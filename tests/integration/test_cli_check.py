@@ -44,6 +44,7 @@ def test_a_valid_agent_file_gives_a_summary(capsys: pytest.CaptureFixture[str]) 
         "  agent   refund-desk (tenant demo)",
         "  model   scripted:refund-desk",
         "  policy  none: the default (read and sandbox calls run, the others need an approval)",
+        "  approve signed by the deciding process, or the user's approvers file",
         "  limits  max_turns 8, max_cost_usd 0.25",
         "  tools   3",
         "    lookup_order   read",
@@ -138,7 +139,7 @@ def test_mcp_servers_are_started_and_listed(
     code, out, err = check(capsys, str(path))
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    start = lines.index(f"  mcp     t (python {SERVER}): 8 tools")
+    start = lines.index(f"  mcp     t (python {SERVER}): 9 tools")
     listed = {line.split()[0]: " ".join(line.split()[1:]) for line in lines[start + 1 :]}
     assert listed["t.add"] == "read"
     assert listed["t.post"] == "shared-write, needs approval"

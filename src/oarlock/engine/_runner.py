@@ -42,7 +42,7 @@ from oarlock.tools._tool import ToolArgumentsError
 __all__ = ["RetryPolicy", "Runner", "cancel_run", "update_run"]
 
 T = TypeVar("T")
-_MAX_EXPIRY = 10 * 366 * 86400  # ten years: beyond that, an expiry is not one
+_MAX_EXPIRY = 366 * 86400  # a year and a day, as the command line allows
 EventHook = Callable[[RunDocument, list[Event]], None]
 
 

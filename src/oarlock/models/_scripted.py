@@ -144,7 +144,10 @@ def _check_call(call: Any, where: str, problems: Problems) -> None:
     if spec is None:
         return
     problems.extend(unknown_keys(spec, where, _CALL))
-    problems.check(need_text, spec.get("name"), at(where, "name"), empty=False)
+    # a model may send any name and any JSON arguments, hostile ones included (an empty
+    # name, numbers beyond 2**53, NaN, lone surrogates): the engine answers them as it
+    # answers a model's, so a script can stand in for a hostile model too
+    problems.check(need_text, spec.get("name"), at(where, "name"))
     if "id" in spec:
         problems.check(need_text, spec["id"], at(where, "id"), empty=False)
     arguments = spec.get("arguments", {})
@@ -155,7 +158,7 @@ def _check_call(call: Any, where: str, problems: Problems) -> None:
             f"{at(where, 'arguments')}: must be a mapping or text, got {describe(arguments)}"
         )
         return
-    problems.check(need_json, arguments, at(where, "arguments"))
+    problems.check(need_json, arguments, at(where, "arguments"), portable=False)
 
 
 def _check_failure(failure: Any, where: str, problems: Problems) -> None:
