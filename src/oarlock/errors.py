@@ -15,6 +15,8 @@ stable ``code`` (a short snake_case name a caller can match on) next to its mess
     │                                 already decided, run not waiting, invalid edit)
     ├── RunStateError                an operation does not fit the run's status
     ├── ConflictError                a concurrent writer won (optimistic concurrency)
+    │   ├── LeaseLost                a worker's lease on a run passed to another
+    │   └── RunBusy                  another live worker holds the run
     ├── NotFound                     a run, receipt or other stored thing does not exist
     ├── StoreError                   the store failed or holds data it cannot trust
     │   └── IntegrityError           stored data was tampered with or is corrupt
@@ -40,11 +42,13 @@ __all__ = [
     "DocumentInvalid",
     "FormatError",
     "IntegrityError",
+    "LeaseLost",
     "ModelError",
     "NotFound",
     "OarlockError",
     "OutcomeUnknown",
     "RetryableModelError",
+    "RunBusy",
     "RunStateError",
     "StoreError",
     "ToolError",
@@ -128,6 +132,19 @@ class RunStateError(OarlockError):
 
 class ConflictError(OarlockError):
     code = "conflict"
+
+
+class LeaseLost(ConflictError):
+    """A write fenced by a lease whose epoch the run has left: nothing was written; the
+    worker must drop the run."""
+
+    code = "lease_lost"
+
+
+class RunBusy(ConflictError):
+    """The run is held by another live worker (``owner`` until ``until``)."""
+
+    code = "run_busy"
 
 
 class NotFound(OarlockError):
