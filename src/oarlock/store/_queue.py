@@ -109,3 +109,10 @@ class RunQueue(Protocol):
     async def leases(self) -> list[Lease]:
         """Every lease that has not expired (for ``oarlock runs list``)."""
         ...
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when runnable work may have appeared (PostgreSQL: a ``NOTIFY`` sent in
+        the transaction that made a run runnable; in one process: the write itself), or
+        after ``timeout`` seconds. A hint only: a worker claims after it either way, so a
+        lost notification delays work by one poll interval at most."""
+        ...
