@@ -199,6 +199,7 @@ def _add_run_commands(sub: Any) -> None:
 
     _add_governance_commands(sub)
     _add_key_commands(sub)
+    _add_sandbox_commands(sub)
 
     p = sub.add_parser("demo", help="run the refund desk demo, offline")
     p.add_argument("--yes", action="store_true", help="approve the refund without asking")
@@ -302,6 +303,41 @@ def _add_governance_commands(sub: Any) -> None:
         "path", metavar="PATH", type=path, help="where to write the private key (mode 0600)"
     )
     _gov_action(p, "keygen")
+
+
+def _days(value: str) -> float:
+    import argparse
+    import math
+
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{line(value)} is not a number of days") from None
+    if not math.isfinite(number) or not 0 <= number <= 36500:
+        raise argparse.ArgumentTypeError(f"{line(value)}: give days from 0 to 36500")
+    return number
+
+
+def _add_sandbox_commands(sub: Any) -> None:
+    box = sub.add_parser("sandbox", help="sandbox isolation on this host; run workspaces")
+    bsub = box.add_subparsers(dest="sandbox_command", metavar="COMMAND", required=True)
+    where = {"metavar": "DIR", "type": path, "help": "the workspaces folder"}
+    p = bsub.add_parser("check", help="what isolation sandboxed calls get on this host")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler="oarlock.cli._sandbox:dispatch", action="check", workspaces=None)
+    p = bsub.add_parser("list", help="the runs' workspaces")
+    p.add_argument("--workspaces", **where)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler="oarlock.cli._sandbox:dispatch", action="list")
+    p = bsub.add_parser("show", help="a workspace's files, or one file's text")
+    p.add_argument("workspace_id", metavar="WORKSPACE_ID", type=text)
+    p.add_argument("path", nargs="?", metavar="PATH", type=text)
+    p.add_argument("--workspaces", **where)
+    p.set_defaults(handler="oarlock.cli._sandbox:dispatch", action="show")
+    p = bsub.add_parser("prune", help="remove workspaces untouched for some days")
+    p.add_argument("--older-than", type=_days, default=30.0, metavar="DAYS")
+    p.add_argument("--workspaces", **where)
+    p.set_defaults(handler="oarlock.cli._sandbox:dispatch", action="prune")
 
 
 def _add_key_commands(sub: Any) -> None:

@@ -183,13 +183,16 @@ class SandboxRunner:
         env: Mapping[str, str] | None = None,
         stdin: bytes | None = None,
         readable: Sequence[Path] = (),
+        allow_hosts: Sequence[str] | None = None,
     ) -> SandboxResult:
         """Run ``argv`` in the workspace and report what happened. ``readable`` are extra
-        host folders shown read-only (an interpreter's installation, a tool's module)."""
+        host folders shown read-only (an interpreter's installation, a tool's module);
+        ``allow_hosts`` the patterns an ``allowlist`` opens (default: the runner's)."""
         limits = limits or self.limits
         isolation = self.choose(egress)
         workspace = self.workspaces.ensure(workspace_id)
-        async with _egress(egress, workspace, self.allow_hosts) as proxy_env:
+        hosts = self.allow_hosts if allow_hosts is None else tuple(allow_hosts)
+        async with _egress(egress, workspace, hosts) as proxy_env:
             command, cwd, child_env = self._command(
                 isolation,
                 workspace,
@@ -231,9 +234,9 @@ class SandboxRunner:
         inner = [*user, "prlimit", *self._prlimit(limits, bool(user)), "--", *argv]
         base_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
         if isolation == "bubblewrap":
-            args = ["bwrap", *system_binds(), *_folder_binds(readable)]
+            args = ["bwrap", *system_binds(), "--dev", "/dev", "--proc", "/proc"]
+            args += ["--tmpfs", "/tmp", *_folder_binds(readable)]  # after /tmp: may be in it
             args += [
-                "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
                 "--bind", str(ws.path), "/workspace", "--chdir", "/workspace",
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--clearenv",

@@ -7,17 +7,20 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from oarlock._config import describe, need_bool, need_number
-from oarlock.errors import ConfigError, ToolError
+from oarlock.errors import ConfigError, OarlockError, ToolError
 from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import SideEffectClass
 from oarlock.formats._rules import SIDE_EFFECT_CLASSES
+
+if TYPE_CHECKING:
+    from oarlock.sandbox._call import SandboxSpec
 
 __all__ = [
     "ApprovalRule",
@@ -136,6 +139,7 @@ class Tool:
     schema_version: str = "1"
     idempotency_key: KeyRule = None
     mcp_server_id: str | None = None
+    sandbox: SandboxSpec | None = None  # how a ``sandbox``-class call runs in the sandbox
     arguments_model: type[BaseModel] = field(repr=False, default=BaseModel)
     parameters: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -232,6 +236,7 @@ def tool(
     description: str | None = ...,
     schema_version: str = ...,
     idempotency_key: KeyRule = ...,
+    sandbox: SandboxSpec | Mapping[str, Any] | None = ...,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -245,6 +250,7 @@ def tool(
     description: str | None = None,
     schema_version: str = "1",
     idempotency_key: KeyRule = None,
+    sandbox: SandboxSpec | Mapping[str, Any] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a tool. ``side_effect`` defaults to the most cautious class.
 
@@ -265,11 +271,37 @@ def tool(
             timeout_seconds=timeout_seconds,
             schema_version=schema_version,
             idempotency_key=idempotency_key,
+            sandbox=_sandbox_spec(sandbox),
             arguments_model=model,
             parameters=_strip_titles(model.model_json_schema()),
         )
 
     return build(fn) if fn is not None else build
+
+
+def _sandbox_spec(value: SandboxSpec | Mapping[str, Any] | None) -> SandboxSpec | None:
+    """A tool's sandbox settings: a SandboxSpec, or a mapping of its fields (``egress``,
+    ``limits``, ``env``, ``allow_hosts``)."""
+    if value is None:
+        return None
+    from oarlock.sandbox._call import SandboxSpec
+
+    if isinstance(value, SandboxSpec):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"sandbox settings must be a mapping, not {describe(value)}")
+    unknown = sorted(set(value) - {"egress", "limits", "env", "allow_hosts"})
+    if unknown:
+        raise ConfigError(f"unknown sandbox setting {unknown[0]!r}")
+    try:
+        return SandboxSpec(
+            egress=value.get("egress", "none"),
+            limits=value.get("limits"),
+            env=tuple(value.get("env") or ()),
+            allow_hosts=tuple(value.get("allow_hosts") or ()),
+        )
+    except OarlockError as exc:
+        raise ConfigError(str(exc), code=exc.code) from None
 
 
 def result_text(value: Any) -> str:
