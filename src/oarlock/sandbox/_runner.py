@@ -191,26 +191,36 @@ class SandboxRunner:
         limits = limits or self.limits
         isolation = self.choose(egress)
         workspace = self.workspaces.ensure(workspace_id)
+        if isolation == "unshare" and self.support.drop_user:
+            _reachable_by_others([*readable, workspace.path.parent])
         hosts = self.allow_hosts if allow_hosts is None else tuple(allow_hosts)
         async with _egress(egress, workspace, hosts) as proxy_env:
-            command, cwd, child_env = self._command(
-                isolation,
-                workspace,
-                argv=list(argv),
-                limits=limits,
-                egress=egress,
-                env={**(env or {}), **proxy_env},
-                readable=readable,
-            )
-            return await self._execute(
-                command,
-                cwd=cwd,
-                env=child_env,
-                stdin=stdin,
-                limits=limits,
-                isolation=isolation,
-                egress=egress,
-            )
+            status = os.pipe() if isolation == "unshare" else None
+            try:
+                command, cwd, child_env = self._command(
+                    isolation,
+                    workspace,
+                    argv=list(argv),
+                    limits=limits,
+                    egress=egress,
+                    env={**(env or {}), **proxy_env},
+                    readable=readable,
+                    status_fd=None if status is None else status[1],
+                )
+                return await self._execute(
+                    command,
+                    cwd=cwd,
+                    env=child_env,
+                    stdin=stdin,
+                    limits=limits,
+                    isolation=isolation,
+                    egress=egress,
+                    status=status,
+                )
+            finally:
+                for fd in status or ():
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
 
     # -- the command ------------------------------------------------------------------------
     def _command(
@@ -223,6 +233,7 @@ class SandboxRunner:
         egress: str,
         env: Mapping[str, str],
         readable: Sequence[Path],
+        status_fd: int | None = None,
     ) -> tuple[list[str], str | None, dict[str, str]]:
         root = os.geteuid() == 0
         user = drop_user_argv(ws.uid) if ws.uid is not None and self.support.drop_user else []
@@ -255,6 +266,10 @@ class SandboxRunner:
         prefix = unshare_argv()
         if egress == "host":
             prefix.remove("--net")
+        if status_fd is not None:  # unshare does not pass on how its child ended: a shell
+            # in the namespaces writes the status ($? is 128 + N for signal N) to a pipe
+            report = f'"$@"; echo $? > /proc/self/fd/{status_fd}'
+            inner = ["/bin/sh", "-c", report, "sh", *inner]
         return [*prefix, *inner], str(ws.path), {**base_env, "HOME": str(ws.path), **env}
 
     @staticmethod
@@ -279,6 +294,7 @@ class SandboxRunner:
         limits: SandboxLimits,
         isolation: str,
         egress: str,
+        status: tuple[int, int] | None = None,
     ) -> SandboxResult:
         t0 = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
@@ -289,7 +305,10 @@ class SandboxRunner:
             cwd=cwd,
             env=env,
             start_new_session=True,
+            pass_fds=() if status is None else (status[1],),
         )
+        if status is not None:
+            os.close(status[1])  # the child holds the writing end now
         out, err = _Stream(limits.output_bytes), _Stream(limits.output_bytes)
         stopped: str | None = None
         try:
@@ -306,6 +325,9 @@ class SandboxRunner:
             _kill(proc)
         code = await proc.wait()
         _kill(proc)  # whatever is left of its process group
+        if status is not None and stopped is None:
+            reported = _read_status(status[0])
+            code = code if reported is None else reported
         exit_code, sig = _status(code, isolation)
         return SandboxResult(
             isolation=isolation,
@@ -349,6 +371,16 @@ async def _communicate(
 
 
 _SIGNALLED = {s.value: s.name for s in signal.Signals}
+
+
+def _read_status(fd: int) -> int | None:
+    """The exit status the shell in the namespaces wrote, if it wrote one."""
+    try:
+        os.set_blocking(fd, False)
+        text = os.read(fd, 64).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def _status(code: int, isolation: str) -> tuple[int | None, str | None]:
@@ -403,6 +435,23 @@ def _folder_binds(folders: Sequence[Path]) -> list[str]:
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", str(folder), str(folder)]
     return args
+
+
+def _reachable_by_others(folders: Sequence[Path]) -> None:
+    """Under ``unshare`` the call sees the host's files as its own user: every folder it
+    needs must be open to any user, else the call cannot run (SandboxUnavailable)."""
+    for folder in folders:
+        for part in [Path(folder).resolve(), *Path(folder).resolve().parents]:
+            try:
+                mode = part.stat().st_mode
+            except OSError:
+                mode = 0
+            if not mode & 0o001:
+                raise SandboxUnavailable(
+                    f"{folder} is not reachable by the sandbox's user ({part} is closed to "
+                    "other users); unshare isolation shows the host's files as they are: "
+                    "install bubblewrap, or install Python where any user can read it"
+                )
 
 
 def _system_python() -> str:

@@ -91,7 +91,7 @@ class Workspaces:
         path = self._path(workspace_id)
         uid = sandbox_uid(workspace_id) if os.geteuid() == 0 else None
         if not self.root.exists():
-            self.root.mkdir(mode=0o700, parents=True)
+            self.root.mkdir(mode=0o711, parents=True)  # each workspace is closed itself
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:
