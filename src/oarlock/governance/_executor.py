@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
@@ -61,9 +61,13 @@ from oarlock.governance._policy import (
     PolicyVerdict,
 )
 from oarlock.governance._records import Approval, Claim, run_uuid, step_uuid
+from oarlock.governance._sandboxed import SandboxPlan, SandboxRefused, plan_sandbox
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
 from oarlock.tools._tool import Tool, ToolEffect, ToolOutput, result_text
+
+if TYPE_CHECKING:
+    from oarlock.sandbox._runner import SandboxRunner
 
 __all__ = ["NO_APPROVAL", "CallContext", "GovernedExecutor", "Review", "json_arguments"]
 
@@ -131,8 +135,10 @@ class GovernedExecutor:
         lease_seconds: float = 300.0,
         max_result_chars: int = DEFAULT_MAX_CHARS,
         approvers: TrustedApprovers | None = None,
+        sandbox: SandboxRunner | None = None,
     ) -> None:
         self.store, self.policy, self.clock = store, policy or DEFAULT_POLICY, clock
+        self._sandbox_runner = sandbox
         self.approvers = approvers if approvers is not None else in_process_approvers()
         for attr in ("policy_id", "version"):
             value = getattr(self.policy, attr, None)
@@ -242,6 +248,12 @@ class GovernedExecutor:
             c.invocation["approvalId"] = grant.approval_id
         elif approval_id is not None:
             c.invocation["approvalId"] = approval_id
+        if tool.side_effect == "sandbox":  # planned (or refused) before anything is claimed
+            try:
+                c.sandbox = plan_sandbox(self.sandbox, tool, verdict, c.invocation["runId"])
+            except SandboxRefused as exc:
+                return await self._deny(c, _Refused(exc.code, exc.message))
+            c.invocation["sandbox"] = c.sandbox.invocation_member()
         try:
             held = await self.store.begin(
                 c.invocation, self._claim(c), approval_id=approval_id, grant=grant, at=c.now
@@ -455,9 +467,44 @@ class GovernedExecutor:
         return _error(c.call, _error_text(c.tool, receipt))
 
     # -- running ----------------------------------------------------------------------
+    @property
+    def sandbox(self) -> SandboxRunner:
+        """The runner of ``sandbox``-class calls (made on first use)."""
+        if self._sandbox_runner is None:
+            from oarlock.sandbox._runner import SandboxRunner
+
+            self._sandbox_runner = SandboxRunner()
+        return self._sandbox_runner
+
+    async def _run_sandboxed(self, c: _Call, out: _Outcome) -> ToolResultPart:
+        """A ``sandbox``-class call, run by the sandbox runner (its limits include the
+        tool's timeout, which the sandbox enforces by killing it)."""
+        from oarlock.sandbox._call import call_sandboxed
+        from oarlock.sandbox._runner import SandboxUnavailable
+
+        plan = c.sandbox
+        assert plan is not None
+        try:
+            done = await call_sandboxed(
+                self.sandbox,
+                c.tool,
+                c.arguments,
+                workspace_id=plan.workspace_id,
+                egress=plan.egress,
+                require=plan.isolation,
+            )
+        except SandboxUnavailable as exc:  # isolation lost since the plan: it never ran
+            out.status, out.error = "Failed", (exc.code, exc.message)
+            return await self._close(c, out)
+        out.status, out.text, out.error = done.status, done.text, done.error
+        out.sandbox = done.usage()
+        return await self._close(c, out)
+
     async def _run(self, c: _Call) -> ToolResultPart:
         tool = c.tool
         out = _Outcome(self.clock(), time.perf_counter())
+        if c.sandbox is not None:
+            return await self._run_sandboxed(c, out)
         side_effecting = tool.side_effect not in _SAFE
         try:
             if tool.timeout_seconds is None:
@@ -496,6 +543,7 @@ class GovernedExecutor:
             raw=raw,
             effect=_effect(out.effect) if c.tool.side_effect not in _SAFE else None,
             error=out.error,
+            sandbox=out.sandbox,
         )
         try:
             await self.store.finish(receipt, result=raw, at=receipt["finishedAt"])
@@ -533,6 +581,7 @@ class GovernedExecutor:
         raw: bytes | None = None,
         effect: dict[str, Any] | None = None,
         error: tuple[str, str] | None = None,
+        sandbox: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         receipt: dict[str, Any] = {
             "invocationId": invocation["invocationId"],
@@ -550,6 +599,8 @@ class GovernedExecutor:
             usage["durationMs"] = duration_ms
         if raw is not None:
             usage["bytesOut"] = len(raw)
+        if sandbox is not None:
+            usage["sandbox"] = sandbox
         receipt["usage"] = usage
         if error is not None:
             message = sanitize(redact(error[1]), max_chars=4000)
@@ -595,6 +646,7 @@ class _Call:
     invocation: dict[str, Any]  # the tool-invocation-v1 record
     now: str
     bytes_in: int  # size of the canonical arguments
+    sandbox: SandboxPlan | None = None  # how a ``sandbox``-class call runs
 
 
 @dataclass(slots=True)
@@ -605,6 +657,7 @@ class _Outcome:
     text: str | None = None
     effect: ToolEffect | None = None
     error: tuple[str, str] | None = None
+    sandbox: dict[str, Any] | None = None  # the receipt's usage.sandbox
 
 
 def _key(c: _Call) -> str:

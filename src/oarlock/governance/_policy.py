@@ -116,6 +116,8 @@ class PolicyVerdict:
     rule_id: str | None
     reasons: tuple[str, ...]
     approval_ttl_seconds: float | None = None
+    sandbox_egress: str | None = None  # the egress profile a sandboxed call must get
+    sandbox_isolation: str | None = None  # the least isolation it may run under
 
 
 @runtime_checkable
@@ -387,7 +389,10 @@ def _scope(
     return tuple(compiled)
 
 
-_RULE_KEYS = ("id", "effect", "reason", "approval_ttl", "match")
+_RULE_KEYS = ("id", "effect", "reason", "approval_ttl", "sandbox", "match")
+_SANDBOX_KEYS = ("egress", "isolation")
+_EGRESS = ("none", "loopback", "allowlist", "host")
+_ISOLATION = ("bubblewrap", "unshare")
 _MATCH_KEYS = ("tool", "class", "scope", "arguments")
 
 
@@ -419,6 +424,7 @@ def _compile(raw: Any, index: int, default_ttl: float | None, problems: Problems
             problems.add(f"{ctx}: approval_ttl: a deny rule gives or asks for no approval")
         else:
             ttl = problems.check(_ttl, raw["approval_ttl"], f"{ctx}: approval_ttl")
+    egress, isolation = _sandbox(raw, effect, ctx, problems)
     match = _keys(raw.get("match", {}), f"{ctx}: match", problems, _MATCH_KEYS) or {}
     tools = None
     if "tool" in match:
@@ -437,11 +443,38 @@ def _compile(raw: Any, index: int, default_ttl: float | None, problems: Problems
     if len(problems) > before or not isinstance(rule_id, str) or effect not in _EFFECTS:
         return None
     why = (reason or f"rule {rule_id!r} matched",)
-    standing = PolicyVerdict(effect, rule_id, why, ttl)
-    verdict = PolicyVerdict(effect, rule_id, why)
+    standing = PolicyVerdict(effect, rule_id, why, ttl, egress, isolation)
+    verdict = PolicyVerdict(effect, rule_id, why, None, egress, isolation)
     if effect == "require_approval":
-        verdict = standing = PolicyVerdict(effect, rule_id, why, ttl or default_ttl)
+        ttl = ttl or default_ttl
+        verdict = standing = PolicyVerdict(effect, rule_id, why, ttl, egress, isolation)
     return _Rule(rule_id, tools, classes, scope, arguments, verdict, standing)
+
+
+def _sandbox(
+    raw: dict[str, Any], effect: Any, ctx: str, problems: Problems
+) -> tuple[str | None, str | None]:
+    """A rule's ``sandbox: {egress, isolation}``: what a sandboxed call it lets run must
+    get (``egress: host`` is granted only this way)."""
+    if "sandbox" not in raw:
+        return None, None
+    if effect == "deny":
+        problems.add(f"{ctx}: sandbox: a deny rule runs nothing")
+        return None, None
+    spec = _keys(raw["sandbox"], f"{ctx}: sandbox", problems, _SANDBOX_KEYS) or {}
+    egress, isolation = spec.get("egress"), spec.get("isolation")
+    if egress is not None and egress not in _EGRESS:
+        problems.add(
+            f"{ctx}: sandbox.egress: expected one of {', '.join(_EGRESS)}, got {_show(egress)}"
+        )
+        egress = None
+    if isolation is not None and isolation not in _ISOLATION:
+        problems.add(
+            f"{ctx}: sandbox.isolation: expected one of {', '.join(_ISOLATION)}, "
+            f"got {_show(isolation)}"
+        )
+        isolation = None
+    return egress, isolation
 
 
 def _plain(value: Any, where: str, problems: Problems, depth: int = 0) -> Any:

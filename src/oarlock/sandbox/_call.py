@@ -28,7 +28,14 @@ from oarlock.sandbox._runner import (
 )
 from oarlock.sandbox._workspace import Workspace
 
-__all__ = ["HostOperation", "Program", "SandboxOutcome", "SandboxSpec", "call_sandboxed"]
+__all__ = [
+    "HostOperation",
+    "Program",
+    "SandboxOutcome",
+    "SandboxSpec",
+    "call_sandboxed",
+    "check_runnable",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +92,11 @@ async def call_sandboxed(
     *,
     workspace_id: str,
     egress: str,
+    require: str | None = None,
 ) -> SandboxOutcome:
-    """Run ``tool`` with ``arguments`` in the workspace under ``egress``; raises
-    SandboxUnavailable when the call cannot be isolated (it then never ran)."""
+    """Run ``tool`` with ``arguments`` in the workspace under ``egress`` (and at least the
+    isolation ``require`` names); raises SandboxUnavailable when the call cannot be
+    isolated so (it then never ran)."""
     spec: SandboxSpec = tool.sandbox or SandboxSpec()
     detail = {"workspaceId": workspace_id, "egressProfile": egress}
     if spec.host is not None:
@@ -117,6 +126,7 @@ async def call_sandboxed(
         stdin=program.stdin,
         readable=readable,
         allow_hosts=spec.allow_hosts,
+        require=require,
     )
     return _outcome(result, program, spec.program is None, detail)
 
@@ -169,10 +179,16 @@ def _report(result: SandboxResult) -> str:
     return "\n".join(parts)
 
 
-def _python_program(tool: Any, arguments: dict[str, Any]) -> tuple[Program, list[Path]]:
-    """The child interpreter's program for a Python tool, and the folders it must see."""
-    from pydantic_core import to_jsonable_python
+def check_runnable(tool: Any) -> None:
+    """SandboxUnavailable unless the tool can run in the sandbox: a built-in, or a Python
+    tool a child interpreter can import (top level of a module that is a file)."""
+    spec: SandboxSpec | None = tool.sandbox
+    if spec is not None and (spec.program is not None or spec.host is not None):
+        return
+    _origin(tool)
 
+
+def _origin(tool: Any) -> tuple[str, str, Path]:
     fn = tool.fn
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if not module or module == "__main__" or "<locals>" in qualname:
@@ -180,11 +196,18 @@ def _python_program(tool: Any, arguments: dict[str, Any]) -> tuple[Program, list
             f"tool {tool.name!r} is not importable ({module}:{qualname}); a sandboxed tool "
             "must be defined at the top level of a module"
         )
-    loaded = sys.modules.get(module)
-    origin = getattr(loaded, "__file__", None)
+    origin = getattr(sys.modules.get(module), "__file__", None)
     if origin is None:
         raise SandboxUnavailable(f"tool {tool.name!r}: its module {module!r} has no file")
-    root, packages = _module_root(module, Path(origin).resolve())
+    return module, qualname, Path(origin).resolve()
+
+
+def _python_program(tool: Any, arguments: dict[str, Any]) -> tuple[Program, list[Path]]:
+    """The child interpreter's program for a Python tool, and the folders it must see."""
+    from pydantic_core import to_jsonable_python
+
+    module, qualname, origin = _origin(tool)
+    root, packages = _module_root(module, origin)
     spec = {
         "module": module,
         "qualname": qualname,

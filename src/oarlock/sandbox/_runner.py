@@ -153,8 +153,9 @@ class SandboxRunner:
             self._support = host_support()
         return self._support
 
-    def choose(self, egress: str) -> str:
-        """The isolation a call gets, or SandboxUnavailable."""
+    def choose(self, egress: str, require: str | None = None) -> str:
+        """The isolation a call gets, or SandboxUnavailable; ``require`` is the least a
+        policy accepts (``bubblewrap`` or ``unshare``)."""
         if egress not in EGRESS_PROFILES:
             raise SandboxUnavailable(
                 f"unknown egress profile {egress!r} ({', '.join(EGRESS_PROFILES)})"
@@ -171,6 +172,10 @@ class SandboxRunner:
         if chosen == "none":
             why = "; ".join(support.notes) or "no isolation is available"
             raise SandboxUnavailable(f"this host cannot isolate the call ({why})")
+        if require == "bubblewrap" and chosen != "bubblewrap":
+            raise SandboxUnavailable(
+                f"the policy requires bubblewrap isolation; this call would get {chosen}"
+            )
         return chosen
 
     async def run(
@@ -184,12 +189,13 @@ class SandboxRunner:
         stdin: bytes | None = None,
         readable: Sequence[Path] = (),
         allow_hosts: Sequence[str] | None = None,
+        require: str | None = None,
     ) -> SandboxResult:
         """Run ``argv`` in the workspace and report what happened. ``readable`` are extra
         host folders shown read-only (an interpreter's installation, a tool's module);
         ``allow_hosts`` the patterns an ``allowlist`` opens (default: the runner's)."""
         limits = limits or self.limits
-        isolation = self.choose(egress)
+        isolation = self.choose(egress, require)
         workspace = self.workspaces.ensure(workspace_id)
         if isolation == "unshare" and self.support.drop_user:
             _reachable_by_others([*readable, workspace.path.parent])

@@ -1,0 +1,62 @@
+"""How the governed executor hands a ``sandbox``-class call to the sandbox runner.
+
+Before anything is claimed, the call is planned: its workspace (the run's), its egress
+profile (the policy rule's if it names one, else the tool's, else ``none``; ``host`` only
+when a policy rule grants it) and the least isolation the policy accepts. A call that
+cannot be isolated so is refused (``sandbox_unavailable``, ``egress_not_granted``) and never
+runs. Then the runner runs it (:func:`oarlock.sandbox.call_sandboxed`); a tool cannot opt
+out, and its receipt records the isolation, the egress profile, the limits, the exit status
+or signal and the bytes of output kept and dropped (``usage.sandbox``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from oarlock.errors import ToolError
+
+if TYPE_CHECKING:
+    from oarlock.governance._policy import PolicyVerdict
+    from oarlock.sandbox._runner import SandboxRunner
+    from oarlock.tools._tool import Tool
+
+__all__ = ["SandboxPlan", "SandboxRefused", "plan_sandbox"]
+
+
+class SandboxRefused(ToolError):
+    """The call cannot run in the sandbox as required; it was not run."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPlan:
+    workspace_id: str
+    egress: str
+    isolation: str  # what the runner will apply
+
+    def invocation_member(self) -> dict[str, Any]:
+        """The invocation's ``sandbox`` member."""
+        return {"workspaceId": self.workspace_id, "egressProfile": self.egress}
+
+
+def plan_sandbox(
+    runner: SandboxRunner, tool: Tool, verdict: PolicyVerdict, workspace_id: str
+) -> SandboxPlan:
+    """The plan of a call, or SandboxRefused naming the rule it cannot meet."""
+    from oarlock.sandbox._call import check_runnable
+    from oarlock.sandbox._runner import SandboxUnavailable
+
+    wanted = tool.sandbox.egress if tool.sandbox is not None else "none"
+    egress = verdict.sandbox_egress or wanted
+    if egress == "host" and verdict.sandbox_egress != "host":
+        raise SandboxRefused(
+            f"tool {tool.name!r} asks for the host's network, which only a policy rule can "
+            "grant (sandbox: {egress: host})",
+            code="egress_not_granted",
+        )
+    try:
+        isolation = runner.choose(egress, require=verdict.sandbox_isolation)
+        check_runnable(tool)
+    except SandboxUnavailable as exc:
+        raise SandboxRefused(exc.message, code="sandbox_unavailable") from None
+    return SandboxPlan(workspace_id, egress, isolation)
