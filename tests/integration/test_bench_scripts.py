@@ -44,3 +44,14 @@ def test_the_governance_benchmark_measures_every_case(tmp_path: Path) -> None:
     result = run(BENCH / "bench_governance.py", "--calls", "8", "--rounds", "1", cwd=tmp_path)
     assert "governed read call, SQLite (2 commits)" in result
     assert all(case["median_ms"] >= 0 for case in result.values())
+
+
+def test_the_sandbox_benchmark_measures_every_case(tmp_path: Path) -> None:
+    result = run(BENCH / "bench_sandbox.py", "--calls", "1", "--rounds", "1", cwd=tmp_path)
+    assert set(result) == {
+        "subprocess.run (no isolation)",
+        "sandboxed command, bubblewrap",
+        "sandboxed command, unshare",
+        "sandboxed Python tool, bubblewrap",
+    }
+    assert all(case["median_ms"] > 0 for case in result.values())

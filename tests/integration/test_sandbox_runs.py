@@ -189,3 +189,55 @@ def test_a_policy_rule_with_sandbox_settings_is_checked() -> None:
         RulePolicy.from_dict(
             {"policy": "p", "rules": [{"id": "r", "effect": "deny", "sandbox": {}}]}
         )
+
+
+def test_the_example_coder_agent_answers_by_running_a_program(
+    workspaces: Workspaces, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from oarlock.cli import main
+
+    monkeypatch.setenv("OARLOCK_WORKSPACES", str(workspaces.root))
+    agent = Path(__file__).parents[2] / "examples" / "agents" / "coder.yaml"
+    db = str(tmp_path / "runs.db")
+    assert main(["--db", db, "run", str(agent), "How many primes are there below 10,000?"]) == 0
+    assert main(["--db", db, "audit", "verify"]) == 0
+    [run] = [p.name for p in workspaces.root.iterdir()]
+    assert (workspaces.root / run / "primes.py").exists()
+    assert main(["sandbox", "list", "--workspaces", str(workspaces.root)]) == 0
+    assert main(["sandbox", "show", run, "primes.py", "--workspaces", str(workspaces.root)]) == 0
+    assert main(["sandbox", "show", run, "../x", "--workspaces", str(workspaces.root)]) == 1
+    assert main(["sandbox", "check"]) == 0
+    assert (
+        main(["sandbox", "prune", "--older-than", "0", "--workspaces", str(workspaces.root)]) == 0
+    )
+    assert list(workspaces.root.iterdir()) == []
+
+
+def test_agent_file_sandbox_settings_apply_and_are_checked(tmp_path: Path) -> None:
+    from oarlock.engine._agentfile import check_agent_file, load_agent
+
+    script = Path(__file__).parents[2] / "examples" / "agents" / "coder.script.yaml"
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        f"name: c\nmodel: scripted:{script}\ntools:\n"
+        "  - path: oarlock.sandbox:shell\n"
+        "    sandbox: {egress: allowlist, limits: {cpu_seconds: 3}, allow_hosts: ['x:1']}\n"
+        "sandbox: {isolation: bubblewrap, limits: {timeout_seconds: 9}, workspaces: ws}\n"
+    )
+    agent = load_agent(good)
+    shell_tool = agent.tools.get("sandbox.shell")
+    assert shell_tool is not None and shell_tool.sandbox is not None
+    assert shell_tool.sandbox.program is not None  # the built-in keeps its program
+    assert (shell_tool.sandbox.egress, shell_tool.sandbox.allow_hosts) == ("allowlist", ("x:1",))
+    assert agent.sandbox is not None and agent.sandbox.isolation == "bubblewrap"
+    assert agent.sandbox.limits.timeout_seconds == 9
+    assert agent.sandbox.workspaces.root == tmp_path / "ws"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        f"name: c\nmodel: scripted:{script}\ntools:\n"
+        "  - path: oarlock.sandbox:shell\n    sandbox: {egress: everywhere}\n"
+        "sandbox: {isolation: chroot, limits: {nope: 1}}\n"
+    )
+    problems = [str(p) for p in check_agent_file(bad).problems.items]
+    assert any("tools[0].sandbox" in p and "everywhere" in p for p in problems), problems
+    assert any(p.startswith(f"{bad}: sandbox") for p in problems), problems

@@ -46,6 +46,19 @@ def _effect(receipt: dict[str, Any]) -> str:
     return line(effect.get("kind")) + (f" {line(ref)}" if ref else "")
 
 
+def _sandbox(box: dict[str, Any]) -> str:
+    """A receipt's ``usage.sandbox`` in one line: isolation, egress, how it ended."""
+    ended = (
+        f"signal {box['signal']}" if "signal" in box else f"exit status {box.get('exitCode', '-')}"
+    )
+    kept = f"{box.get('stdoutBytes', 0)}+{box.get('stderrBytes', 0)} bytes kept"
+    dropped = f", {box['droppedBytes']} dropped" if box.get("droppedBytes") else ""
+    return line(
+        f"{box.get('isolation')}, egress {box.get('egressProfile')}, workspace "
+        f"{box.get('workspaceId')}, {ended}, {kept}{dropped}"
+    )
+
+
 def _row(item: StoredReceipt) -> dict[str, Any]:
     inv, rec = item.invocation, item.receipt
     return {
@@ -169,6 +182,9 @@ def _invocation_lines(
             lines.append(
                 f"  error      {line(error.get('code'))}: {line(error.get('message'))}"
             )
+        box = (receipt.get("usage") or {}).get("sandbox")
+        if isinstance(box, dict):
+            lines.append(f"  sandbox    {_sandbox(box)}")
     lines += [
         f"  reconciled {line(n.outcome)} by {line(n.by)} at {line(n.at)}: {line(n.evidence)}"
         for n in notes

@@ -17,6 +17,7 @@ from oarlock.models._pricing import Price, PricingTable
 from oarlock.tools._tool import Tool, Toolset
 
 if TYPE_CHECKING:
+    from oarlock.sandbox._runner import SandboxRunner
     from oarlock.tools._mcp import MCPServerConfig
 
 __all__ = ["Agent", "Limits"]
@@ -72,6 +73,7 @@ class Agent:
         policy: PolicyEngine | None = None,
         mcp_servers: Sequence[MCPServerConfig] = (),
         approvers: TrustedApprovers | None = None,
+        sandbox: SandboxRunner | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError("an agent needs a name (a non-empty string)")
@@ -82,6 +84,7 @@ class Agent:
         if not isinstance(tenant, str) or not tenant:
             raise ConfigError("an agent's tenant must be a non-empty string")
         self.tenant, self.policy, self.approvers = tenant, policy, approvers
+        self.sandbox = sandbox
         self.mcp_servers = tuple(mcp_servers)
         scope: dict[str, Any] = {"tenantId": tenant}
         for key, value in (

@@ -18,10 +18,17 @@ tools:
     allow_response: false
     timeout_seconds: 10
     idempotency_key: oarlock.demo.refund_desk:refund_key   # a key from the arguments
+  - path: oarlock.sandbox:shell            # a sandbox-class tool (see oarlock.sandbox)
+    sandbox: {egress: none, limits: {cpu_seconds: 5}, env: [LANG]}
 mcp_servers:                               # MCP tools, named server.tool (see oarlock.tools)
   files: {command: [python, files_server.py], side_effects: {delete: production}}
 limits: {max_turns: 10, max_cost_usd: 0.50, max_input_tokens: 100000, max_output_tokens: 20000}
 approvers: approvers.yaml                  # the keys whose signed approvals are accepted
+sandbox:                                   # how sandbox-class calls run (all optional)
+  isolation: bubblewrap                    # the least accepted: auto, bubblewrap, unshare
+  limits: {memory_bytes: 536870912, timeout_seconds: 60}
+  allow_hosts: ["pypi.org:443"]            # what the allowlist egress profile opens
+  workspaces: workspaces                   # the runs' workspaces folder
 pricing:
   "openai:my-finetune": {input_per_million: 3.0, output_per_million: 12.0}
 ```
@@ -102,6 +109,7 @@ _TOOL = (
     "allow_response",
     "timeout_seconds",
     "idempotency_key",
+    "sandbox",
 )
 _SCOPE = ("project", "environment", "principal", "labels")
 _LIMITS = ("max_turns", "max_cost_usd", "max_input_tokens", "max_output_tokens")
@@ -300,11 +308,30 @@ def _tool(entry: Any, where: str, base: Path, problems: Problems) -> Tool | None
         if obj is not None:
             with problems.catch(where):
                 made = _as_tool(obj, spec["path"])
+    if made is not None and spec.get("sandbox") is not None:
+        with problems.catch(at(where, "sandbox")):
+            changes["sandbox"] = _tool_sandbox(made, spec["sandbox"])
     if made is None or len(problems) > before:
         return None
     with problems.catch(where):
         return dataclasses.replace(made, **changes)
     return None
+
+
+def _tool_sandbox(made: Tool, value: Any) -> Any:
+    """A tool entry's ``sandbox`` settings (``egress``, ``limits``, ``env``,
+    ``allow_hosts``) over the tool's own (a built-in keeps its program)."""
+    from oarlock.sandbox._limits import DEFAULT_LIMITS
+    from oarlock.tools._tool import _sandbox_spec
+
+    given = _sandbox_spec(value)
+    assert given is not None
+    if given.limits:
+        DEFAULT_LIMITS.merged(given.limits)  # names and values checked here
+    if made.sandbox is None:
+        return given
+    keep = {k: getattr(given, k) for k in value}
+    return dataclasses.replace(made.sandbox, **keep)
 
 
 def _as_tool(obj: Any, path: str) -> Tool:
@@ -408,6 +435,36 @@ def _approvers(spec: Any, base: Path) -> TrustedApprovers | None:
     return TrustedApprovers.from_file(_relative(spec, base))
 
 
+_SANDBOX_KEYS = ("isolation", "limits", "allow_hosts", "workspaces")
+
+
+def _sandbox_runner(spec: Any, base: Path) -> Any:
+    """The agent file's ``sandbox``: the runner of its ``sandbox``-class calls (the least
+    isolation, default limits, hosts an ``allowlist`` opens, the workspaces folder)."""
+    from oarlock.sandbox._limits import DEFAULT_LIMITS
+    from oarlock.sandbox._runner import SandboxRunner
+    from oarlock.sandbox._workspace import Workspaces
+
+    spec = need_mapping(spec, "sandbox")
+    unknown = sorted(set(spec) - set(_SANDBOX_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} (allowed: {', '.join(_SANDBOX_KEYS)})")
+    limits = DEFAULT_LIMITS.merged(need_mapping(spec.get("limits") or {}, "limits"))
+    hosts = spec.get("allow_hosts") or []
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and ":" in h for h in hosts):
+        raise ConfigError("allow_hosts: must be a list of host:port patterns")
+    folder = spec.get("workspaces")
+    workspaces = (
+        None if folder is None else Workspaces(_relative(need_text(folder, "workspaces"), base))
+    )
+    return SandboxRunner(
+        workspaces,
+        isolation=need_text(spec.get("isolation", "auto"), "isolation"),
+        limits=limits,
+        allow_hosts=hosts,
+    )
+
+
 def _relative(path: str, base: Path) -> Path:
     if "\0" in path:
         raise ConfigError(f"{describe(path)} is not a path")
@@ -449,6 +506,7 @@ _KEYS = (
     "limits",
     "pricing",
     "approvers",
+    "sandbox",
 )
 
 
@@ -529,6 +587,10 @@ def check_agent_file(path: str | os.PathLike[str]) -> AgentFileCheck:
     if spec.get("approvers") is not None:
         with problems.catch("approvers"):
             approvers = _approvers(spec["approvers"], ref_base)
+    sandbox = None
+    if spec.get("sandbox") is not None:
+        with problems.catch("sandbox"):
+            sandbox = _sandbox_runner(spec["sandbox"], ref_base)
     toolset = checked.tools = _tools(_optional(spec, "tools", []), folder, problems)
     servers = checked.mcp_servers = _mcp_servers(
         _optional(spec, "mcp_servers", {}), folder, problems
@@ -548,6 +610,7 @@ def check_agent_file(path: str | os.PathLike[str]) -> AgentFileCheck:
             policy=policy,
             mcp_servers=servers,
             approvers=approvers,
+            sandbox=sandbox,
         )
     except ConfigError as exc:  # a cost limit on a model without a price
         problems.record(exc, "limits.max_cost_usd" if exc.code == "unpriced_model" else "")

@@ -101,6 +101,7 @@ class Runner:
             policy=agent.policy,
             clock=clock,
             approvers=agent.approvers,
+            sandbox=agent.sandbox,
         )
         self.retry = retry or RetryPolicy()
         self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
