@@ -297,3 +297,73 @@ def test_a_python_tool_runs_in_the_sandbox(
     assert "key=None" in done.text
     failed = call(runner, sandbox_tools.fails)
     assert failed.status == "Failed" and failed.error == ("ValueError", "ValueError: no")
+
+
+@pytest.fixture
+def web() -> Any:
+    """An HTTP server on the host's loopback."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello from the host")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def _fetch(port: int, host: str = "127.0.0.1") -> list[str]:
+    code = (
+        "import urllib.request, sys\n"
+        "try:\n"
+        f"    print(urllib.request.urlopen('http://{host}:{port}/', timeout=5).read().decode())\n"
+        "except Exception as exc:\n"
+        "    print('FAILED', exc)\n"
+    )
+    return ["python3", "-c", code]
+
+
+@pytest.mark.parametrize(
+    ("egress", "allow", "reached"),
+    [
+        ("none", (), False),
+        ("loopback", (), True),
+        ("allowlist", ("127.0.0.1:{port}",), True),
+        ("allowlist", ("127.0.0.1:1",), False),
+        ("allowlist", ("*.example.com:443",), False),
+        ("host", (), True),
+    ],
+)
+def test_egress_profiles_open_exactly_what_they_name(
+    runner: SandboxRunner, web: int, egress: str, allow: tuple[str, ...], reached: bool
+) -> None:
+    hosts = [a.format(port=web) for a in allow]
+    result = asyncio.run(
+        runner.run(_fetch(web), workspace_id="w1", egress=egress, allow_hosts=hosts)
+    )
+    assert result.ok, result.stderr
+    assert (b"hello from the host" in result.stdout) is reached, result.stdout
+    if egress == "allowlist" and not reached:
+        assert b"403" in result.stdout  # refused by the proxy, never connected
+
+
+def test_an_allowlisted_name_cannot_be_reached_by_another_name(
+    runner: SandboxRunner, web: int
+) -> None:
+    result = asyncio.run(
+        runner.run(
+            _fetch(web, host="localhost"),
+            workspace_id="w1",
+            egress="allowlist",
+            allow_hosts=[f"127.0.0.1:{web}"],
+        )
+    )
+    assert b"hello" not in result.stdout and b"403" in result.stdout

@@ -61,7 +61,7 @@ __all__ = [
 EGRESS_PROFILES = ("none", "loopback", "allowlist", "host")
 _OVERFLOW = 8  # a stream past this many times its kept bytes stops the call
 _CHUNK = 65536
-_PASSED = ("PATH", "HOME", "TMPDIR", "LANG")
+_IP = ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip")
 
 
 class SandboxUnavailable(ToolError):
@@ -273,8 +273,11 @@ class SandboxRunner:
         if egress == "host":
             prefix.remove("--net")
         if status_fd is not None:  # unshare does not pass on how its child ended: a shell
-            # in the namespaces writes the status ($? is 128 + N for signal N) to a pipe
-            report = f'"$@"; echo $? > /proc/self/fd/{status_fd}'
+            # in the namespaces writes the status ($? is 128 + N for signal N) to a pipe;
+            # it also brings the new namespace's loopback up, as bubblewrap does
+            ip = next((p for p in _IP if os.path.exists(p)), None)
+            up = "" if egress == "host" or ip is None else f"{ip} link set lo up 2>/dev/null; "
+            report = f'{up}"$@"; echo $? > /proc/self/fd/{status_fd}'
             inner = ["/bin/sh", "-c", report, "sh", *inner]
         return [*prefix, *inner], str(ws.path), {**base_env, "HOME": str(ws.path), **env}
 
