@@ -13,7 +13,7 @@ race on it: the one that finds its approval used re-reads the claim and waits fo
 holder's receipt (``test_duplicate_of_a_running_spend_call_waits_instead_of_approval_used``
 makes that race happen every time). The barrier tests make the ``spend`` duplicates from
 several runs (same key, same arguments, same tool call, each run with its own approval),
-and the same call of one run with an approval-free (``sandbox``) tool; the same spend call
+and the same call of one run with an approval-free (``read``) tool; the same spend call
 of one run is checked too: the tool runs once.
 """
 
@@ -59,9 +59,9 @@ STORES = ("sqlite", "memory")
 
 
 def make_simulate(effects: Path, delay: float = DELAY) -> Tool:
-    """An approval-free (``sandbox``) slow tool keyed like ``charge``."""
+    """An approval-free (``read``) slow tool keyed like ``charge``."""
 
-    @tool(side_effect="sandbox", idempotency_key=lambda a: f"charge:{a['order_id']}")
+    @tool(side_effect="read", idempotency_key=lambda a: f"charge:{a['order_id']}")
     def simulate(order_id: str, amount: int) -> dict[str, Any]:
         """Simulate a charge.
 

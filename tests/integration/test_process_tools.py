@@ -28,7 +28,7 @@ def alive(pid: int) -> bool:
 async def test_a_timed_out_program_and_its_children_are_killed(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
 
-    @tool(side_effect="sandbox", timeout_seconds=0.5)
+    @tool(side_effect="read", timeout_seconds=0.5)
     async def build() -> str:
         """Runs a build that never ends."""
         script = (
@@ -61,7 +61,7 @@ async def test_output_and_failure_of_a_program() -> None:
 
 
 async def test_a_program_tool_result_reaches_the_model_fenced() -> None:
-    @tool(side_effect="sandbox")
+    @tool(side_effect="read")
     async def echo(text: str) -> str:
         """Echo through a program."""
         return (await run_process("printf", "%s", text)).stdout

@@ -402,9 +402,9 @@ def test_sync_tools_run_and_do_not_block_the_event_loop() -> None:
 # -- who needs approval ------------------------------------------------------------------------
 # A predicate can only add the need for a human to a tool that needs none by its class
 # (``read`` and ``sandbox``); ``shared-write`` and above always need an approval.
-@tool(side_effect="sandbox", needs_approval=lambda args: args["amount"] > 50)
+@tool(side_effect="read", needs_approval=lambda args: args["amount"] > 50)
 def pay(amount: int) -> str:
-    """Pays (play money, in a sandbox)."""
+    """Pays (play money: a test of the predicate, not of money)."""
     CALLED.append(("pay", {"amount": amount}))
     return f"paid {amount}"
 
