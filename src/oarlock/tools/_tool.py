@@ -279,6 +279,10 @@ def tool(
     return build(fn) if fn is not None else build
 
 
+SANDBOX_SETTINGS = ("egress", "limits", "env", "allow_hosts")
+"""What a tool's ``sandbox`` settings may name (see :class:`oarlock.sandbox.SandboxSpec`)."""
+
+
 def _sandbox_spec(value: SandboxSpec | Mapping[str, Any] | None) -> SandboxSpec | None:
     """A tool's sandbox settings: a SandboxSpec, or a mapping of its fields (``egress``,
     ``limits``, ``env``, ``allow_hosts``)."""
@@ -290,7 +294,7 @@ def _sandbox_spec(value: SandboxSpec | Mapping[str, Any] | None) -> SandboxSpec 
         return value
     if not isinstance(value, Mapping):
         raise ConfigError(f"sandbox settings must be a mapping, not {describe(value)}")
-    unknown = sorted(set(value) - {"egress", "limits", "env", "allow_hosts"})
+    unknown = sorted(set(value) - set(SANDBOX_SETTINGS))
     if unknown:
         raise ConfigError(f"unknown sandbox setting {unknown[0]!r}")
     try:
