@@ -4,8 +4,9 @@ For every call it builds a tool-invocation-v1 record and, in this order:
 
 1. looks for the call's idempotency claim: a key that is held already is never run again
    (same arguments: the prior receipt is returned, identical; other arguments: refused;
-   still running elsewhere: wait, bounded; cut off by a crash: Uncertain for a
-   side-effecting tool, a new attempt for a ``read`` or ``sandbox`` one);
+   still running elsewhere: wait, bounded; cut off by a crash, or taken under a lease
+   epoch its run has left: Uncertain for a side-effecting tool, a new attempt for a
+   ``read`` or ``sandbox`` one);
 2. asks the policy (an error in the policy denies);
 3. for ``shared-write`` and above, or when the policy asks for one, finds the approval of
    this very call in its own store (never a caller's word) and checks that it covers this
@@ -18,7 +19,11 @@ For every call it builds a tool-invocation-v1 record and, in this order:
    cancellation, a failed receipt write) is Uncertain and never run again automatically;
 6. hands the model the sanitized, fenced result, or an error result saying what happened.
 
-Every record goes to the hash-chained ledger with the transaction that stores it. The
+Every record goes to the hash-chained ledger with the transaction that stores it. A call
+made under a worker's lease (``CallContext.fence``) passes it to every write, so that once
+the run's lease has passed to another, nothing more of the call is stored: the store raises
+:class:`~oarlock.errors.LeaseLost`, which the executor lets through, never turning it into
+a result. The
 records are built here, from values already checked (tool arguments against the tool's
 schema, and canonical; scope and ids by their types), so they are valid by construction and
 not validated again on each call: ``oarlock.testing.ValidatingGovernanceStore`` validates
@@ -34,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
@@ -44,6 +49,7 @@ from oarlock.errors import (
     ConfigError,
     ConflictError,
     DecisionRefused,
+    LeaseLost,
     NotFound,
     OarlockError,
     OutcomeUnknown,
@@ -65,6 +71,9 @@ from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_r
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
 from oarlock.tools._tool import Tool, ToolEffect, ToolOutput, result_text
 
+if TYPE_CHECKING:
+    from oarlock.store._queue import Lease
+
 __all__ = ["NO_APPROVAL", "CallContext", "GovernedExecutor", "Review", "json_arguments"]
 
 _SAFE = frozenset({"read", "sandbox"})
@@ -75,13 +84,15 @@ NO_APPROVAL = "00000000-0000-0000-0000-000000000000"
 
 @dataclass(frozen=True, slots=True)
 class CallContext:
-    """Where a call is made: the run (its document id), agent, scope and turn."""
+    """Where a call is made: the run (its document id), agent, scope and turn; ``fence``
+    is the lease the run is driven under, which fences every write of the call."""
 
     run_id: str
     agent: str
     scope: Mapping[str, Any]
     turn: int
     replay_of: str | None = None  # a replay's original run: side effects are not repeated
+    fence: Lease | None = None
 
     @property
     def tenant(self) -> str:
@@ -244,8 +255,15 @@ class GovernedExecutor:
             c.invocation["approvalId"] = approval_id
         try:
             held = await self.store.begin(
-                c.invocation, self._claim(c), approval_id=approval_id, grant=grant, at=c.now
+                c.invocation,
+                self._claim(c),
+                approval_id=approval_id,
+                grant=grant,
+                at=c.now,
+                fence=ctx.fence,
             )
+        except LeaseLost:
+            raise
         except ConflictError as exc:
             return await self._raced(c, _Refused(exc.code, str(exc)))
         if held is not None:
@@ -318,6 +336,8 @@ class GovernedExecutor:
             owner=process_owner(),
             claimed_at=c.now,
             lease_until=time.time() + lease,
+            run_id=c.ctx.run_id,
+            epoch=None if c.ctx.fence is None else c.ctx.fence.epoch,
         )
 
     async def _authorize(
@@ -394,7 +414,7 @@ class GovernedExecutor:
                 ),
             )
         deadline = time.monotonic() + self.duplicate_wait
-        while held.receipt is None and not _stale(held.claim):
+        while held.receipt is None and not _stale(held):
             if time.monotonic() >= deadline:
                 return await self._deny(
                     c,
@@ -411,13 +431,15 @@ class GovernedExecutor:
         return await self._recover(c, held.claim)
 
     async def _recover(self, c: _Call, claim: Claim) -> ToolResultPart:
-        """A claim whose owner died before its receipt: a safe call runs again as a new
-        attempt; a side-effecting one is Uncertain, never re-run."""
+        """A claim whose owner died before its receipt (or whose run's lease has moved on
+        since it was taken): a safe call runs again as a new attempt; a side-effecting one
+        is Uncertain, never re-run."""
         prior, _ = await self.store.load(claim.invocation_id)
+        fence = c.ctx.fence
         if c.tool.side_effect in _SAFE:
             attempt = {**prior, "invocationId": str(uuid.uuid4()), "attemptId": str(uuid.uuid4())}
             retry = _Call(c.tool, c.call, c.ctx, c.arguments, attempt, c.now, c.bytes_in)
-            if await self.store.take_over(claim, self._claim(retry), attempt, c.now):
+            if await self.store.take_over(claim, self._claim(retry), attempt, c.now, fence=fence):
                 return await self._run(retry)
         else:
             receipt = self._receipt(
@@ -430,8 +452,12 @@ class GovernedExecutor:
                     "the process running this call stopped before its receipt was written",
                 ),
             )
-            with contextlib.suppress(ConflictError):  # another process recorded it first
-                await self.store.finish(receipt, result=None, at=c.now)
+            try:
+                await self.store.finish(receipt, result=None, at=c.now, fence=fence)
+            except LeaseLost:
+                raise
+            except ConflictError:  # another process recorded it first
+                pass
         held = await self.store.claim_of(claim.tenant_id, claim.tool_id, claim.idempotency_key)
         if held is None or held.receipt is None:
             return _error(c.call, f"Tool {c.tool.name!r}: its earlier attempt is unresolved.")
@@ -498,7 +524,11 @@ class GovernedExecutor:
             error=out.error,
         )
         try:
-            await self.store.finish(receipt, result=raw, at=receipt["finishedAt"])
+            await self.store.finish(
+                receipt, result=raw, at=receipt["finishedAt"], fence=c.ctx.fence
+            )
+        except LeaseLost:  # the run is another's now: it records the outcome as Uncertain
+            raise
         except Exception as exc:  # the outcome happened but is not on record
             return await self._unrecorded(c, out.started, exc)
         if out.text is not None:
@@ -519,7 +549,9 @@ class GovernedExecutor:
             error=("receipt_failed", why),
         )
         with contextlib.suppress(Exception):  # else the open claim stays: recovery records it
-            await self.store.finish(receipt, result=None, at=receipt["finishedAt"])
+            await self.store.finish(
+                receipt, result=None, at=receipt["finishedAt"], fence=c.ctx.fence
+            )
         return _error(c.call, _uncertain_text(c.tool, receipt))
 
     def _receipt(
@@ -570,7 +602,7 @@ class GovernedExecutor:
             started=c.now,
             error=(refusal.code, refusal.message),
         )
-        await self.store.refuse(invocation, receipt, c.now)
+        await self.store.refuse(invocation, receipt, c.now, fence=c.ctx.fence)
         return _error(
             c.call, f"Tool {c.call.name!r} was not run: {refusal.message} ({refusal.code})."
         )
@@ -678,7 +710,13 @@ def _checked_verdict(verdict: object) -> PolicyVerdict:
     return verdict
 
 
-def _stale(claim: Claim) -> bool:
+def _stale(held: ClaimHeld) -> bool:
+    """Whether a claim without a receipt will never get one from its holder: its run's
+    lease epoch has moved on since the claim was taken (whatever its process is doing),
+    its process is gone, or its lease passed while its process cannot be checked."""
+    claim = held.claim
+    if claim.epoch is not None and held.run_epoch is not None and held.run_epoch != claim.epoch:
+        return True
     alive = owner_alive(claim.owner)
     if alive is False:
         return True
