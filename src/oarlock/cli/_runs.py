@@ -134,24 +134,10 @@ async def _with_store(
 async def _agent_of(store: RunStore, run_id: str) -> Agent:
     """The run's agent, from its agent file, with the model the run was started with
     (``run --model`` may have named another than the file's)."""
-    from oarlock.engine._agentfile import load_agent
-    from oarlock.models._registry import load_model
+    from oarlock.engine._agentfile import run_agent
 
     stored = await store.load(run_id)
-    if not stored.agent_ref:
-        raise OarlockError(
-            f"run {line(run_id)} has no agent file on record; resume it from Python with its "
-            "Agent",
-            code="no_agent_ref",
-        )
-    agent = load_agent(stored.agent_ref)
-    model = stored.document.model
-    if model != agent.model.model_id:
-        try:
-            agent = agent.with_model(load_model(model, Path(stored.agent_ref).parent))
-        except ConfigError as exc:
-            raise ConfigError(f"run {run_id} uses model {model}: {exc}", code=exc.code) from None
-    return agent
+    return run_agent(stored.agent_ref, stored.document.model, run_id)
 
 
 def _load(agent_file: str, model: str | None) -> Agent:

@@ -91,7 +91,9 @@ class Runner:
     When the store is a run queue, every drive holds the run's lease as ``owner`` (default
     ``proc:HOST:PID``) for ``lease_seconds``, renewed while it drives; a run another holds
     live is refused with RunBusy. A worker passes the ``lease`` it holds instead: the
-    runner then drives that run only, under that lease."""
+    runner then drives that run only, under that lease. ``pause``, asked before each step,
+    ends the drive there when it says so, the run left as committed (running, to be
+    resumed): a worker that shuts down hands its runs back between steps."""
 
     def __init__(
         self,
@@ -109,6 +111,7 @@ class Runner:
         lease: Lease | None = None,
         lease_seconds: float = 30.0,
         owner: str | None = None,
+        pause: Callable[[], bool] | None = None,
     ) -> None:
         if isinstance(lease_seconds, bool) or not (
             isinstance(lease_seconds, int | float) and 0 < lease_seconds < float("inf")
@@ -118,7 +121,7 @@ class Runner:
             )
         self.agent, self.store, self.approver = agent, store, approver
         self.lease, self.lease_seconds = lease, float(lease_seconds)
-        self.owner = owner or process_holder()
+        self.owner, self.pause = owner or process_holder(), pause
         self._queue: RunQueue | None = store if isinstance(store, RunQueue) else None
         self.executor: Executor = executor or GovernedExecutor(
             store.governance(),
@@ -428,7 +431,7 @@ class Runner:
                 version = await self._commit(doc, version, expired, fence)
             while True:
                 action = core.next_action(doc, self.agent.limits)
-                if isinstance(action, core.Idle):
+                if isinstance(action, core.Idle) or (self.pause is not None and self.pause()):
                     return doc
                 events = await self._step(doc, action, fence)
                 version = await self._commit(doc, version, events, fence)
@@ -568,15 +571,20 @@ class Runner:
         if self.watch_interval is None:
             return await work
         task = asyncio.ensure_future(work)
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=self.watch_interval)
-            if done:
-                return task.result()
-            stored = await self.store.load(run_id)
-            if stored.document.status in core.TERMINAL:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                raise _CancelledElsewhere(stored.document)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.watch_interval)
+                if done:
+                    return task.result()
+                stored = await self.store.load(run_id)
+                if stored.document.status in core.TERMINAL:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                    raise _CancelledElsewhere(stored.document)
+        except asyncio.CancelledError:  # the work stops with its watcher, and says so first
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
 
 
 async def update_run(
