@@ -12,8 +12,6 @@ line, ``dumps`` for JSON."""
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,7 +20,7 @@ from oarlock._render import dumps, line
 from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
 from oarlock.cli._show import print_runs, print_summary, timeline
-from oarlock.errors import ConfigError, ConflictError, OarlockError
+from oarlock.errors import ConfigError, ConflictError, LeaseLost, OarlockError, RunBusy
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
 if TYPE_CHECKING:  # the engine and the models load only for commands that run agents
@@ -168,29 +166,54 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
     agent_file = str(Path(args.agent_file).resolve())
     agent: Agent = args.loaded_agent  # loaded before the store opened (see dispatch)
     if args.detach:
-        import subprocess
-
-        runner = _runner(agent, store)
-        doc, _ = await runner.create(args.input, tags=tags, agent_ref=agent_file)
-        log = _db(args).with_suffix(f".{doc.id}.log")
-        # the log holds what the run says: as private as the database beside it
-        with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as fh:
-            subprocess.Popen(
-                [sys.executable, "-m", "oarlock.cli", "--db", str(_db(args)), "resume", doc.id],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        print(f"run {line(doc.id)} started in the background (log: {line(log)})")
+        doc = await _runner(agent, store).submit(
+            args.input, tags=tags, agent_ref=agent_file, queue=args.queue
+        )
+        print(f"run {line(doc.id)} submitted to queue {line(args.queue)}")
+        await _worker_advice(store, args.queue)
         return EXIT_OK
     async with agent.connected():
-        doc = await _runner(agent, store).start(args.input, tags=tags, agent_ref=agent_file)
-    return _finish(doc)
+        runner = _runner(agent, store)
+        doc = await runner.start(args.input, tags=tags, agent_ref=agent_file, queue=args.queue)
+    return _finish(await _taken(store, doc, runner))
+
+
+# a worker that has not heartbeaten for a minute is taken for gone, in advice
+_ALIVE_WITHIN = 60.0
+
+
+async def _worker_advice(store: RunStore, queue: str) -> None:
+    """Say how to start a worker when none is alive (a submitted run waits for one)."""
+    from oarlock.store._queue import RunQueue
+
+    if isinstance(store, RunQueue) and not await store.workers(within_seconds=_ALIVE_WITHIN):
+        option = "" if queue == "default" else f" --queue {line(queue)}"
+        print(f"no worker is running: start one with: oarlock worker{option}")
+
+
+async def _taken(store: RunStore, doc: RunDocument, runner: Runner) -> RunDocument:
+    """``doc``; when another process holds it (a worker claimed the run before this
+    command could drive it), say who and until when."""
+    from oarlock.store._queue import RunQueue
+
+    if doc.status != "running" or not isinstance(store, RunQueue):
+        return doc
+    for lease in await store.leases():
+        if lease.run_id == doc.id and lease.owner != runner.owner:
+            from oarlock.cli._show import lease_text
+
+            print(
+                f"run {line(doc.id)} is being driven by {line(lease.owner)} until "
+                f"{lease_text(lease.until)}"
+            )
+    return doc
 
 
 def _run_json(run: dict[str, Any]) -> dict[str, Any]:
-    """A run of ``read_runs`` as ``runs list --json`` prints it (camelCase members)."""
+    """A run of ``read_runs`` as ``runs list --json`` prints it (camelCase members; the
+    holder and deadline of a live lease, else null)."""
+    from oarlock.cli._show import lease_text
+
     return {
         "id": run["id"],
         "agent": run["agent"],
@@ -199,6 +222,9 @@ def _run_json(run: dict[str, Any]) -> dict[str, Any]:
         "turns": run["turns"],
         "createdAt": run["created_at"],
         "updatedAt": run["updated_at"],
+        "tenant": run["tenant"],
+        "holder": run["holder"],
+        "leaseUntil": lease_text(run["lease_until"]) or None,
     }
 
 
@@ -279,17 +305,22 @@ async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
     )
     print(f"{line(args.call_id)}: {args.decision}")
     if doc.status == "running" and not args.no_resume:
-        doc = await _resumed(runner, args.run_id)
+        try:
+            doc = await _resumed(runner, args.run_id)
+        except RunBusy as busy:  # a worker took the run as soon as it was decided
+            print(line(busy))
+            return EXIT_OK
     return _finish(doc)
 
 
 async def _resumed(runner: Runner, run_id: str) -> RunDocument:
-    """``runner.resume``; a run another process is driving (it saved a step while this
-    one worked on the same step) is refused with code ``run_busy``."""
+    """``runner.resume``; a run another process holds is refused (RunBusy, naming the
+    holder and its lease's deadline), and so is one another process saved a step of
+    while this one worked on the same step (code ``run_busy``)."""
     try:
         return await runner.resume(run_id)
     except ConflictError as exc:
-        if exc.code not in ("conflict", "busy"):
+        if isinstance(exc, RunBusy | LeaseLost) or exc.code not in ("conflict", "busy"):
             raise
         raise OarlockError(
             f"run {run_id} is being run by another process (it saved a step while this one "

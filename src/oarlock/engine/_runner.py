@@ -181,11 +181,15 @@ class Runner:
         tags: dict[str, str] | None = None,
         agent_ref: str | None = None,
         run_id: str | None = None,
+        queue: str = "default",
     ) -> RunDocument:
-        """Create a run and drive it until it finishes or waits for a human. On a run
-        queue, a worker may claim the new run before this runner takes its lease: the run
-        is then the worker's, and this returns it as it stands."""
-        doc, version = await self.create(input, tags=tags, agent_ref=agent_ref, run_id=run_id)
+        """Create a run (in ``queue``, where workers find it if it is handed back) and
+        drive it until it finishes or waits for a human. On a run queue, a worker may claim
+        the new run before this runner takes its lease: the run is then the worker's, and
+        this returns it as it stands."""
+        doc, version = await self.create(
+            input, tags=tags, agent_ref=agent_ref, run_id=run_id, queue=queue
+        )
 
         async def taken() -> RunDocument:
             return (await self.store.load(doc.id)).document
@@ -579,7 +583,9 @@ class Runner:
                 stored = await self.store.load(run_id)
                 if stored.document.status in core.TERMINAL:
                     task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
+                    [outcome] = await asyncio.gather(task, return_exceptions=True)
+                    if isinstance(outcome, LeaseLost):  # ended by the run's next holder
+                        raise outcome
                     raise _CancelledElsewhere(stored.document)
         except asyncio.CancelledError:  # the work stops with its watcher, and says so first
             task.cancel()
