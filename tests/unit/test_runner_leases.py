@@ -220,3 +220,16 @@ def test_a_lease_length_that_is_not_a_positive_number_is_refused() -> None:
     for bad in (0, -1, float("nan"), float("inf"), True, "30"):
         with pytest.raises(UsageError, match="lease_seconds"):
             Runner(waiting_agent(0), MemoryStore(), lease_seconds=bad)  # type: ignore[arg-type]
+
+
+def test_a_store_is_taken_for_a_run_queue_exactly_when_it_is_one() -> None:
+    from oarlock.store._leases import as_queue
+    from oarlock.store._queue import RunQueue
+
+    class Plain:
+        async def claim(self) -> None: ...
+
+    for store in (MemoryStore(), ValidatingStore(MemoryStore()), Plain(),
+                  ValidatingStore(Plain())):  # type: ignore[arg-type]
+        assert (as_queue(store) is store) == isinstance(store, RunQueue)
+    assert as_queue(MemoryStore()) is not None and as_queue(Plain()) is None

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import LeaseLost, RunBusy
 
@@ -47,16 +47,17 @@ class Hold:
 
 class _Renewal:
     """Renews ``hold``'s lease every third of ``seconds`` until stopped; cancels ``task``
-    when the lease turns out lost. A failure of the store is tried again at the next turn:
-    the lease may yet hold, and a renewal that finds it passed says so."""
+    (the drive's) when the lease turns out lost, which the drive takes back when it ends.
+    A failure of the store is tried again at the next turn: the lease may yet hold, and a
+    renewal that finds it passed says so."""
 
     def __init__(
-        self, queue: RunQueue, hold: Hold, task: asyncio.Future[RunDocument], seconds: float
+        self, queue: RunQueue, hold: Hold, task: asyncio.Task[Any], seconds: float
     ) -> None:
         self.queue, self.hold, self.task, self.seconds = queue, hold, task, seconds
         self.loop = asyncio.get_running_loop()
         self.renewing: asyncio.Task[None] | None = None
-        self.stopped = False
+        self.stopped = self.cancelled = False
         self.handle = self.loop.call_later(seconds / 3, self._due)
 
     def _due(self) -> None:
@@ -69,7 +70,8 @@ class _Renewal:
             self.hold.lease = await self.queue.renew(lease, self.seconds)
         except LeaseLost as lost:
             self.hold.lost = lost
-            self.task.cancel()
+            if not self.stopped:
+                self.cancelled = self.task.cancel()
             return
         except Exception:  # tried again at the next turn
             pass
@@ -128,20 +130,29 @@ async def drive_held(
             raise
         return await busy()
     hold = Hold(lease)
-    task = asyncio.ensure_future(drive(hold))
+    task = asyncio.current_task()
+    assert task is not None
     renewal = _Renewal(queue, hold, task, lease_seconds)
     try:
-        return await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if hold.lost is not None and (current is None or current.cancelling() == 0):
+        done = await drive(hold)
+    except (asyncio.CancelledError, LeaseLost) as stopped:
+        if renewal.cancelled:  # the renewal's own cancellation, delivered: taken back
+            task.uncancel()
+        if hold.lost is not None and task.cancelling() == 0:
             raise hold.lost from None
-        raise
-    except LeaseLost as lost:
-        hold.lost = hold.lost or lost
+        if isinstance(stopped, LeaseLost):
+            hold.lost = stopped
         raise
     finally:
         renewal.stop()
         if hold.lost is None:
             with contextlib.suppress(Exception):  # a release that fails only lets it expire
-                await asyncio.shield(queue.release(hold.lease or lease))
+                if task.cancelling():
+                    await asyncio.shield(queue.release(hold.lease or lease))
+                else:
+                    await queue.release(hold.lease or lease)
+    if hold.lost is not None:  # lost while the drive ended on its own
+        if renewal.cancelled:
+            task.uncancel()
+        raise hold.lost
+    return done

@@ -42,7 +42,7 @@ from oarlock.governance._executor import GovernedExecutor
 from oarlock.governance._sanitize import sanitize
 from oarlock.models._base import ModelRequest, ModelResponse, TextSink, TurnText
 from oarlock.store._base import Event, RunStore, StoredRun
-from oarlock.store._leases import process_holder
+from oarlock.store._leases import as_queue, process_holder
 from oarlock.store._queue import Lease, RunQueue
 from oarlock.tools._tool import ToolArgumentsError
 
@@ -122,7 +122,7 @@ class Runner:
         self.agent, self.store, self.approver = agent, store, approver
         self.lease, self.lease_seconds = lease, float(lease_seconds)
         self.owner, self.pause = owner or process_holder(), pause
-        self._queue: RunQueue | None = store if isinstance(store, RunQueue) else None
+        self._queue: RunQueue | None = as_queue(store)
         self.executor: Executor = executor or GovernedExecutor(
             store.governance(),
             policy=agent.policy,

@@ -10,7 +10,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from oarlock.errors import LeaseLost, RunBusy
 
@@ -18,11 +18,31 @@ if TYPE_CHECKING:  # asyncio loads with the first wait: commands that only read 
     import asyncio
 
     from oarlock.formats._models import RunDocument
-    from oarlock.store._queue import Lease
+    from oarlock.store._queue import Lease, RunQueue
+
+_QUEUE_METHODS = (
+    "claim",
+    "claim_run",
+    "renew",
+    "release",
+    "heartbeat",
+    "workers",
+    "leases",
+    "wait_for_work",
+)
+
+
+def as_queue(store: object) -> RunQueue | None:
+    """``store`` when it is a run queue (it has every method of the protocol, as
+    ``isinstance(store, RunQueue)`` tells, without that check's cost on every call)."""
+    if all(callable(getattr(store, name, None)) for name in _QUEUE_METHODS):
+        return cast("RunQueue", store)
+    return None
 
 __all__ = [
     "Wakeups",
     "approval_due",
+    "as_queue",
     "approval_due_json",
     "lease_lost",
     "process_holder",

@@ -516,7 +516,8 @@ class SQLiteStore(SQLiteQueue):
         if lease is None:  # a decision or another writer: runnable from now, if free
             query = q["save_run"]
         else:
-            query = q["save_run_fenced"]
+            running = document.status == "running"
+            query = q["save_run_fenced" if running else "save_run_fenced_at_rest"]
             params |= {"epoch": lease.epoch, "owner": lease.owner}
 
         def write(conn: sqlite3.Connection) -> int:

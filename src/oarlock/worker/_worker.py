@@ -115,6 +115,7 @@ class Worker:
         self._on_event = on_event
         self._stopping = False
         self._wake: asyncio.Event | None = None
+        self._sweeping: asyncio.Task[None] | None = None
 
     # -- control ------------------------------------------------------------------------
     @property
@@ -159,8 +160,10 @@ class Worker:
         finally:
             self._stop_all("shutdown")
             await asyncio.gather(*self._tasks(), return_exceptions=True)
-            heart.cancel()
-            await asyncio.gather(heart, return_exceptions=True)
+            for task in (heart, self._sweeping):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             await self._beat(gone=True)
             await self._stack.aclose()
             self._emit("stopped")
@@ -265,11 +268,11 @@ class Worker:
             if drive.timer is not None:
                 drive.timer.cancel()
             self._drives.pop(run_id, None)
+            if self._wake is not None:
+                self._wake.set()
             if release:
                 with contextlib.suppress(Exception):  # else its lease runs out
                     await asyncio.shield(self.queue.release(lease))
-            if self._wake is not None:
-                self._wake.set()
 
     async def _resume(self, lease: Lease) -> RunDocument | None:
         stored = await self.store.load(lease.run_id)
@@ -367,7 +370,8 @@ class Worker:
             return
         await self._renew()
         await self._recover()
-        await self._sweep()
+        if self._sweeping is None or self._sweeping.done():  # never in the way of renewals
+            self._sweeping = asyncio.ensure_future(self._sweep())
 
     async def _renew(self) -> None:
         drives = [d for d in self._drives.values() if d.reason is None]

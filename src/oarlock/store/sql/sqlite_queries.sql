@@ -7,8 +7,8 @@
 INSERT INTO runs (num, id, agent, status, turns, tags, created_at, updated_at, version,
                   agent_ref, tenant, queue, ready_at, approval_due, document)
 VALUES ((SELECT coalesce(max(num), 0) + 1 FROM runs), :id, :agent, :status, :turns, :tags,
-        :created_at, :updated_at, 1, :agent_ref, :tenant, :queue, :now, :approval_due,
-        :document);
+        :created_at, :updated_at, 1, :agent_ref, :tenant, :queue,
+        CASE WHEN :status = 'running' THEN :now END, :approval_due, :document);
 
 -- name: load_run
 SELECT document, version, agent_ref FROM runs WHERE id = :id;
@@ -18,20 +18,31 @@ SELECT version, lease_epoch, lease_owner FROM runs WHERE id = :id;
 
 -- name: save_run
 -- The triggers of 0004 rewrite the run's run_tags if its tags change. A save without a
--- lease (a decision, a cancellation) makes a run that no live lease holds runnable from
--- now; one a lease holds stays ready at the lease's deadline.
+-- lease (a decision, a cancellation) makes a running run that no live lease holds runnable
+-- from now; one a lease holds stays ready at the lease's deadline.
 UPDATE runs
 SET agent = :agent, status = :status, turns = :turns, tags = :tags,
     created_at = :created_at, updated_at = :updated_at, document = :document,
-    approval_due = :approval_due, version = version + 1, ready_at = max(ready_at, :now)
+    approval_due = :approval_due, version = version + 1,
+    ready_at = CASE WHEN :status = 'running' THEN max(coalesce(ready_at, 0), :now) END
 WHERE id = :id AND version = :expected_version;
 
 -- name: save_run_fenced
--- The lease holder's save: only while the run is still at the lease's epoch and owner.
+-- The lease holder's save of a run that goes on running: only while the run is still at
+-- the lease's epoch and owner. It assigns no column of runs_runnable (see 0004).
 UPDATE runs
 SET agent = :agent, status = :status, turns = :turns, tags = :tags,
     created_at = :created_at, updated_at = :updated_at, document = :document,
     approval_due = :approval_due, version = version + 1
+WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
+  AND lease_owner = :owner;
+
+-- name: save_run_fenced_at_rest
+-- The lease holder's save of a run that stops running (finished, waiting): no longer ready.
+UPDATE runs
+SET agent = :agent, status = :status, turns = :turns, tags = :tags,
+    created_at = :created_at, updated_at = :updated_at, document = :document,
+    approval_due = :approval_due, version = version + 1, ready_at = NULL
 WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
   AND lease_owner = :owner;
 

@@ -1,7 +1,8 @@
 -- Named queries of oarlock.store._sqlite_queue (runs as work: leases, workers, leaders).
 -- Each block starts with "-- name: <name>"; the schema is in sqlite_migrations/ (0004).
 -- Times are seconds since the epoch (REAL). A run is runnable when its status is 'running'
--- and ready_at <= :now; a lease is live while lease_until > :now.
+-- and ready_at <= :now (ready_at is NULL while it is not running, and runs_runnable holds
+-- only the others); a lease is live while lease_until > :now.
 
 -- name: claim
 -- One statement: find the runnable runs (of the queues and tenants given as JSON arrays,
@@ -14,11 +15,11 @@ queues (queue) AS (
     SELECT value FROM json_each(:queues)
     UNION ALL
     SELECT (SELECT min(r.queue) FROM runs AS r INDEXED BY runs_runnable
-            WHERE r.status = 'running')
+            WHERE r.ready_at IS NOT NULL)
     WHERE :queues IS NULL
     UNION ALL
     SELECT (SELECT min(r.queue) FROM runs AS r INDEXED BY runs_runnable
-            WHERE r.status = 'running' AND r.queue > q.queue)
+            WHERE r.ready_at IS NOT NULL AND r.queue > q.queue)
     FROM queues AS q
     WHERE :queues IS NULL AND q.queue IS NOT NULL
 ),
@@ -27,13 +28,14 @@ lanes (queue, tenant) AS (
     WHERE q.queue IS NOT NULL
     UNION ALL
     SELECT q.queue,
-           (SELECT min(r.tenant) FROM runs AS r WHERE r.status = 'running' AND r.queue = q.queue)
+           (SELECT min(r.tenant) FROM runs AS r INDEXED BY runs_runnable
+            WHERE r.ready_at IS NOT NULL AND r.queue = q.queue)
     FROM queues AS q
     WHERE :tenants IS NULL AND q.queue IS NOT NULL
     UNION ALL
     SELECT l.queue,
-           (SELECT min(r.tenant) FROM runs AS r
-            WHERE r.status = 'running' AND r.queue = l.queue AND r.tenant > l.tenant)
+           (SELECT min(r.tenant) FROM runs AS r INDEXED BY runs_runnable
+            WHERE r.ready_at IS NOT NULL AND r.queue = l.queue AND r.tenant > l.tenant)
     FROM lanes AS l
     WHERE :tenants IS NULL AND l.tenant IS NOT NULL
 ),
@@ -42,9 +44,9 @@ candidates AS (
            row_number() OVER (PARTITION BY r.tenant ORDER BY r.ready_at, r.num) AS turn
     FROM lanes AS l
     JOIN runs AS r ON r.num IN (
-        SELECT n.num FROM runs AS n
-        WHERE n.status = 'running' AND n.queue = l.queue AND n.tenant = l.tenant
-          AND n.ready_at <= :now
+        SELECT n.num FROM runs AS n INDEXED BY runs_runnable
+        WHERE n.queue = l.queue AND n.tenant = l.tenant AND n.ready_at <= :now
+          AND n.status = 'running'
         ORDER BY n.ready_at, n.num
         LIMIT :limit)
     WHERE l.tenant IS NOT NULL
@@ -86,7 +88,8 @@ RETURNING tenant, queue, agent_ref;
 
 -- name: release
 UPDATE runs
-SET lease_owner = NULL, lease_until = NULL, ready_at = :now
+SET lease_owner = NULL, lease_until = NULL,
+    ready_at = CASE WHEN status = 'running' THEN :now END
 WHERE id = :id AND lease_epoch = :epoch AND lease_owner = :owner
 RETURNING status;
 
@@ -120,7 +123,8 @@ ORDER BY w.owner;
 
 -- name: runnable
 -- Whether any run is runnable (wait_for_work's look after another connection's commit).
-SELECT 1 FROM runs WHERE status = 'running' AND ready_at <= :now LIMIT 1;
+SELECT 1 FROM runs INDEXED BY runs_runnable
+WHERE ready_at <= :now AND status = 'running' LIMIT 1;
 
 -- name: lead
 -- Take or keep the role: free, ours already, or expired for longer than :margin.

@@ -7,11 +7,13 @@
 -- before the document: a running document often spills into overflow pages, and a column
 -- after it would be read from the last of them on every claim and fence check.
 --
--- * ready_at: from when the run may be claimed (seconds since the epoch), while its status
---   is running: when it was created, released or decided, or the deadline of the lease
---   that holds it (a claim and a renewal set it to the lease's deadline). A run is
---   runnable when status = 'running' AND ready_at <= now; runs_runnable makes the claim a
---   walk of an index, queue by queue and tenant by tenant.
+-- * ready_at: from when the run may be claimed (seconds since the epoch): when it was
+--   created, released or decided, or the deadline of the lease that holds it (a claim and
+--   a renewal set it to the lease's deadline); NULL once its status is not running (a save
+--   of another status sets it so). A run is runnable when status = 'running' AND ready_at
+--   <= now; runs_runnable makes the claim a walk of an index, queue by queue and tenant by
+--   tenant. The index is partial on ready_at, not on status: a save by the holder of a run
+--   that goes on running assigns neither, so the index costs the turns of a run nothing.
 -- * lease_epoch: 0 for a run never claimed; every claim adds one, never reused.
 -- * claimed_at: the latest claim of the run; the latest claim of any run of a tenant is
 --   when that tenant was last served (runs_served), which orders tenants in a claim.
@@ -34,7 +36,7 @@ CREATE TABLE runs_v4 (
     agent_ref    TEXT,
     tenant       TEXT    NOT NULL DEFAULT 'default',
     queue        TEXT    NOT NULL DEFAULT 'default',
-    ready_at     REAL    NOT NULL DEFAULT 0,
+    ready_at     REAL,
     lease_owner  TEXT,
     lease_epoch  INTEGER NOT NULL DEFAULT 0 CHECK (lease_epoch >= 0),
     lease_until  REAL,
@@ -44,9 +46,9 @@ CREATE TABLE runs_v4 (
 ) WITHOUT ROWID;
 
 INSERT INTO runs_v4 (num, id, agent, status, turns, tags, created_at, updated_at, version,
-                     agent_ref, document)
+                     agent_ref, ready_at, document)
 SELECT num, id, agent, status, turns, tags, created_at, updated_at, version, agent_ref,
-       document
+       CASE WHEN status = 'running' THEN 0 END, document
 FROM runs;
 
 DROP TABLE runs;         -- and its indexes and triggers; events and run_tags go on
@@ -69,7 +71,7 @@ BEGIN
 END;
 
 -- the claim: runnable runs by queue, tenant and the time they became runnable
-CREATE INDEX runs_runnable ON runs (queue, tenant, ready_at) WHERE status = 'running';
+CREATE INDEX runs_runnable ON runs (queue, tenant, ready_at) WHERE ready_at IS NOT NULL;
 -- when each tenant was last served
 CREATE INDEX runs_served ON runs (tenant, claimed_at) WHERE claimed_at IS NOT NULL;
 -- the leases held, by holder (oarlock workers, runs list)
