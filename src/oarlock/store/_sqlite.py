@@ -10,6 +10,14 @@ processes wait (``busy_timeout``) instead of failing, and ``save`` is a compare-
 the run's version. ``create`` and ``save`` calls made in the same turn of the event loop
 share one transaction and one flush (``_group_commit``): each returns once it is committed.
 
+The store is a run queue too (``_sqlite_queue``): its lease operations (claims, renewals,
+releases), workers' heartbeats and leader rows commit without waiting for the disk
+(``synchronous=NORMAL``, unless a save shares their transaction): a lease lost in a power
+cut only expires, and the run is claimed again; nothing was done under a claim the disk
+lost, since its holder's first fenced save is flushed and a side-effecting call's claim is
+flushed before the tool starts. A fenced ``save`` (``lease=``) is the same statement with
+the lease's epoch and owner in its condition.
+
 The document of a run at rest (any status but ``running``) is stored compressed: a zlib
 stream (RFC 1950, whose Adler-32 makes a damaged stream fail to decompress rather than
 yield other bytes). Every tool result repeats the same fence and every message the same
