@@ -94,6 +94,34 @@ def test_an_approval_signed_with_a_configured_key_is_acted_on_by_a_worker(
     assert worker.said(f"run {run['id']}: completed")
 
 
+def test_an_approval_of_a_run_a_worker_took_says_who_drives_it(
+    fleet: tuple[Path, Path, dict[str, str]],
+) -> None:
+    import asyncio
+
+    from oarlock.store import SQLiteStore
+
+    folder, db, env = fleet
+    path = agent_file(folder, "W-1", approval_ttl=3600)
+    started = oarlock(db, env, "run", str(path), "refund W-1")
+    [call] = re.findall(r"waiting for a decision on (\S+):", started.stdout)
+    [run] = runs(db, env)
+
+    async def hold() -> None:  # a worker claims the run as soon as it is decided
+        async with SQLiteStore(db) as store:
+            await store.claim_run(run["id"], "worker:elsewhere:1:w", lease_seconds=600)
+
+    asyncio.run(hold())
+    out = oarlock(db, env, "approve", run["id"], call)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"{call}: approved"
+    assert re.fullmatch(
+        rf"run {run['id']} is being driven by worker:elsewhere:1:w until {TIME}", lines[1])
+    assert runs(db, env)[0]["status"] == "running"  # decided; left to its holder
+    assert effects(db.parent) == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

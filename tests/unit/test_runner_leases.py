@@ -233,3 +233,34 @@ def test_a_store_is_taken_for_a_run_queue_exactly_when_it_is_one() -> None:
                   ValidatingStore(Plain())):  # type: ignore[arg-type]
         assert (as_queue(store) is store) == isinstance(store, RunQueue)
     assert as_queue(MemoryStore()) is not None and as_queue(Plain()) is None
+
+
+async def test_a_decision_then_resume_holds_the_lease_from_before_the_decision() -> None:
+    holders: list[list[str]] = []
+
+    class Watched(MemoryStore):
+        async def save(self, document: Any, expected: int, events: Any, *,
+                       lease: Any = None) -> int:
+            holders.append([x.owner for x in await self.leases()])
+            return await super().save(document, expected, events, lease=lease)
+
+    store = Watched()
+    runner = Runner(echo_agent("a", 0, pay_last=True), store)
+    paused = await runner.start("go")
+    call = paused.pending_approvals[0].tool_call_id
+    holders.clear()
+    done = await runner.decide(paused.id, call, "approved", resume=True)
+    assert done.status == "completed"
+    assert holders and all(h == [process_holder()] for h in holders)  # the decision too
+    assert await live(store) == []
+
+
+async def test_a_decision_on_a_run_another_holds_is_recorded_and_left_to_it() -> None:
+    store = MemoryStore()
+    runner = Runner(echo_agent("a", 0, pay_last=True), store)
+    paused = await runner.start("go")
+    await store.claim_run(paused.id, "worker:w:1:x", lease_seconds=30)
+    doc = await runner.decide(paused.id, paused.pending_approvals[0].tool_call_id,
+                              "approved", resume=True)
+    assert (doc.status, doc.pending_approvals[0].decision) == ("running", "approved")
+    assert [x.owner for x in await live(store)] == ["worker:w:1:x"]

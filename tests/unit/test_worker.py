@@ -204,6 +204,25 @@ async def test_a_drive_past_the_drain_is_stopped_and_its_spend_call_is_uncertain
     assert w.kinds(doc.id) == ["claimed", "handed_back"]
 
 
+async def test_a_run_cancelled_by_another_process_stops_its_drive_at_once() -> None:
+    from oarlock.engine._runner import cancel_run
+
+    store = MemoryStore()
+    agent = napper(30)
+    doc = await Runner(agent, store).submit("nap")
+    w = Running(store, agents={"napper": agent})
+    await until(lambda: _calls(1))
+    t0 = time.monotonic()
+    await cancel_run(store, doc.id, "not needed")  # written without a lease, as a command does
+    await until(lambda: _kind(w, "finished"))
+    assert time.monotonic() - t0 < 2  # the watch saw it: the nap was not waited out
+    await w.stop()
+    assert (await store.load(doc.id)).document.status == "cancelled"
+    assert [e.detail for e in w.events if e.run_id == doc.id] == [
+        "epoch 1, tenant default", "cancelled"]
+    assert await store.leases() == []
+
+
 async def test_a_drive_past_the_maximum_run_time_fails_its_run() -> None:
     store = MemoryStore()
     agent = napper(30)

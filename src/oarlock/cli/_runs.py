@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the engine and the models load only for commands that run a
     from oarlock.engine._runner import Runner
     from oarlock.formats._models import RunDocument
     from oarlock.governance._approvers import ApproverKey
-    from oarlock.store._base import RunStore
+    from oarlock.store._base import Event, RunStore
 
 __all__ = [
     "Command",
@@ -175,7 +175,7 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
     async with agent.connected():
         runner = _runner(agent, store)
         doc = await runner.start(args.input, tags=tags, agent_ref=agent_file, queue=args.queue)
-    return _finish(await _taken(store, doc, runner))
+    return _finish(await _taken(doc, runner))
 
 
 # a worker that has not heartbeaten for a minute is taken for gone, in advice
@@ -191,21 +191,11 @@ async def _worker_advice(store: RunStore, queue: str) -> None:
         print(f"no worker is running: start one with: oarlock worker{option}")
 
 
-async def _taken(store: RunStore, doc: RunDocument, runner: Runner) -> RunDocument:
+async def _taken(doc: RunDocument, runner: Runner) -> RunDocument:
     """``doc``; when another process holds it (a worker claimed the run before this
     command could drive it), say who and until when."""
-    from oarlock.store._queue import RunQueue
-
-    if doc.status != "running" or not isinstance(store, RunQueue):
-        return doc
-    for lease in await store.leases():
-        if lease.run_id == doc.id and lease.owner != runner.owner:
-            from oarlock.cli._show import lease_text
-
-            print(
-                f"run {line(doc.id)} is being driven by {line(lease.owner)} until "
-                f"{lease_text(lease.until)}"
-            )
+    if doc.status == "running" and (holder := await _holder(runner, doc.id)) is not None:
+        print(holder)
     return doc
 
 
@@ -292,23 +282,44 @@ async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
     from oarlock.cli._keys import principal_default
 
     edited = _edited(getattr(args, "edit", None))
-    doc = await runner.decide(
-        args.run_id,
-        args.call_id,
-        args.decision,
-        reason=args.reason,
-        edited_arguments=edited,
-        response=getattr(args, "text", None),
-        # else the approver key's principal, else the user's
-        principal=args.principal or (None if runner.approver else principal_default()),
-        expires_in=getattr(args, "expires_in", None),
-    )
-    print(f"{line(args.call_id)}: {args.decision}")
+    said: list[bool] = []
+    shown = runner.on_commit
+
+    def say(doc: RunDocument, events: list[Event]) -> None:
+        """The decision's line once it is stored, before the drive that follows it."""
+        if not said and any(
+            e.kind == "approval_decided" and e.data.get("toolCallId") == args.call_id
+            for e in events
+        ):
+            said.append(True)
+            print(f"{line(args.call_id)}: {args.decision}", flush=True)
+        if shown is not None:
+            shown(doc, events)
+
+    runner.on_commit = say
+    try:
+        doc = await runner.decide(
+            args.run_id,
+            args.call_id,
+            args.decision,
+            reason=args.reason,
+            edited_arguments=edited,
+            response=getattr(args, "text", None),
+            # else the approver key's principal, else the user's
+            principal=args.principal or (None if runner.approver else principal_default()),
+            expires_in=getattr(args, "expires_in", None),
+            resume=not args.no_resume,  # under the run's lease from the decision on
+        )
+    except ConflictError as exc:
+        if isinstance(exc, RunBusy | LeaseLost) or exc.code not in ("conflict", "busy"):
+            raise
+        raise _busy(args.run_id) from None
+    if not said:
+        print(f"{line(args.call_id)}: {args.decision}")
     if doc.status == "running" and not args.no_resume:
-        try:
-            doc = await _resumed(runner, args.run_id)
-        except RunBusy as busy:  # a worker took the run as soon as it was decided
-            print(line(busy))
+        holder = await _holder(runner, doc.id)
+        if holder is not None:  # another process held the run: the decision is its to act on
+            print(holder)
             return EXIT_OK
     return _finish(doc)
 
@@ -322,11 +333,33 @@ async def _resumed(runner: Runner, run_id: str) -> RunDocument:
     except ConflictError as exc:
         if isinstance(exc, RunBusy | LeaseLost) or exc.code not in ("conflict", "busy"):
             raise
-        raise OarlockError(
-            f"run {run_id} is being run by another process (it saved a step while this one "
-            f"was taking the same step); see where it stands with: oarlock runs show {run_id}",
-            code="run_busy",
-        ) from None
+        raise _busy(run_id) from None
+
+
+def _busy(run_id: str) -> OarlockError:
+    return OarlockError(
+        f"run {run_id} is being run by another process (it saved a step while this one "
+        f"was taking the same step); see where it stands with: oarlock runs show {run_id}",
+        code="run_busy",
+    )
+
+
+async def _holder(runner: Runner, run_id: str) -> str | None:
+    """"run X is being driven by OWNER until T" when another process holds the run."""
+    from oarlock.store._queue import RunQueue
+
+    store = runner.store
+    if not isinstance(store, RunQueue):
+        return None
+    for lease in await store.leases():
+        if lease.run_id == run_id and lease.owner != runner.owner:
+            from oarlock.cli._show import lease_text
+
+            return (
+                f"run {line(run_id)} is being driven by {line(lease.owner)} until "
+                f"{lease_text(lease.until)}"
+            )
+    return None
 
 
 async def _resume(args: argparse.Namespace, store: RunStore) -> int:

@@ -249,6 +249,7 @@ class Runner:
         by: Literal["human", "policy"] = "human",
         principal: str | None = None,
         expires_in: float | None = None,
+        resume: bool = False,
     ) -> RunDocument:
         """Record one decision. Approvals past their deadline are denied first. An
         approval is kept by the executor (bound to the call's exact arguments, used at
@@ -256,7 +257,52 @@ class Runner:
         records it, signed by ``principal`` (default: the runner's approver, else
         ``human``) with the runner's approver key. A racing writer makes this re-read and
         re-apply, so a second decision on the same call is refused as already decided;
-        nothing is lost."""
+        nothing is lost.
+
+        ``resume=True`` then drives the run on, if the decision left it running, holding
+        its lease from before the decision to the end of the drive (on a run queue): no
+        worker takes the run in between, so an approval this process alone trusts (signed
+        with its own key) is used by this process. When another process holds the run
+        already, the decision is recorded all the same and the run left to its holder."""
+
+        async def decided() -> RunDocument:
+            return await self._decide(
+                run_id,
+                call_id,
+                decision,
+                reason=reason,
+                edited_arguments=edited_arguments,
+                response=response,
+                by=by,
+                principal=principal,
+                expires_in=expires_in,
+            )
+
+        if not resume:
+            return await decided()
+
+        async def drive(hold: Hold) -> RunDocument:
+            doc = await decided()
+            if doc.status != "running":
+                return doc
+            stored = await self.store.load(run_id)
+            return await self._drive(stored.document, stored.version, hold)
+
+        return await self._held(run_id, drive, decided)
+
+    async def _decide(
+        self,
+        run_id: str,
+        call_id: str,
+        decision: Literal["approved", "denied", "responded"],
+        *,
+        reason: str | None,
+        edited_arguments: dict[str, Any] | None,
+        response: str | None,
+        by: Literal["human", "policy"],
+        principal: str | None,
+        expires_in: float | None,
+    ) -> RunDocument:
         stored = await self.store.load(run_id)
         doc = stored.document
         now = self.clock()
