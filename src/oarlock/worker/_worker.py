@@ -351,7 +351,10 @@ class Worker:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.settings.heartbeat)
-            await self._beat()
+            try:
+                await self._beat()
+            except Exception as exc:  # the next beat tries again; a lease may yet hold
+                self._emit("error", None, f"heartbeat failed: {type(exc).__name__}: {exc}")
 
     async def _beat(self, *, gone: bool = False) -> None:
         info = WorkerInfo(
@@ -380,6 +383,8 @@ class Worker:
             return_exceptions=True,
         )
         for drive, outcome in zip(drives, renewed, strict=True):
+            if self._drives.get(drive.lease.run_id) is not drive:
+                continue  # it ended meanwhile (and gave its lease back)
             if isinstance(outcome, LeaseLost):
                 self._cancel(drive, "lease_lost")
             elif isinstance(outcome, Exception):  # tried again at the next heartbeat
