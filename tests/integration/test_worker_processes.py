@@ -88,9 +88,9 @@ def open_claims(db: Path) -> list[str]:
 
 def test_workers_killed_at_random_and_restarted_finish_every_run_once(tmp_path: Path) -> None:
     folder = fleet_folder(tmp_path)
-    orders = [f"A-{i:03d}" for i in range(16)]
+    orders = [f"A-{i:03d}" for i in range(20)]
     db = tmp_path / "runs.db"
-    env = environment(tmp_path, PAY_SECONDS="0.3", LOOK_SECONDS="0.1")
+    env = environment(tmp_path, PAY_SECONDS="0.5", LOOK_SECONDS="0.05")  # kills land in pay
     ids = submit(db, [agent_file(folder, order) for order in orders])
     rng = random.Random(12)
     workers = [WorkerProcess(db, env, "--concurrency", "2", *FAST) for _ in range(3)]
@@ -99,20 +99,22 @@ def test_workers_killed_at_random_and_restarted_finish_every_run_once(tmp_path: 
     deadline = time.monotonic() + 90
     try:
         while time.monotonic() < deadline:
-            if all(r["status"] in TERMINAL for r in runs(db, env)):
+            listed = runs(db, env)
+            if all(r["status"] in TERMINAL for r in listed):
                 break
-            time.sleep(rng.uniform(0.3, 0.7))
-            busy = [i for i, w in enumerate(workers) if w.said(": claimed")]
-            if kills < 8 and busy:  # a worker that holds runs; then let the fleet finish
+            holders = {r["holder"].split(":")[2] for r in listed if r["holder"]}
+            busy = [i for i, w in enumerate(workers) if str(w.pid) in holders]
+            if kills < 8 and busy:  # a worker that holds runs now; then let the fleet finish
                 victim = rng.choice(busy)
                 workers[victim].kill()  # SIGKILL, whatever it was doing
                 kills += 1
                 workers[victim] = WorkerProcess(db, env, "--concurrency", "2", *FAST)
                 every.append(workers[victim])
+            time.sleep(rng.uniform(0.1, 0.4))
         final = runs(db, env)
     finally:
         codes = [w.stop() for w in workers]
-    assert kills >= 4
+    assert kills == 8
     assert codes == [0, 0, 0]  # the last ones stopped gracefully
     assert {r["status"] for r in final} == {"completed"}, final
     claimed = [t.split(":")[0] for w in every for t in w.lines if t.endswith(": claimed")
