@@ -135,10 +135,11 @@ async def drive_held(
     renewal = _Renewal(queue, hold, task, lease_seconds)
     try:
         done = await drive(hold)
-    except (asyncio.CancelledError, LeaseLost) as stopped:
+    except BaseException as stopped:
         if renewal.cancelled:  # the renewal's own cancellation, delivered: taken back
             task.uncancel()
-        if hold.lost is not None and task.cancelling() == 0:
+        stop = isinstance(stopped, asyncio.CancelledError | LeaseLost)
+        if stop and hold.lost is not None and task.cancelling() == 0:
             raise hold.lost from None
         if isinstance(stopped, LeaseLost):
             hold.lost = stopped
