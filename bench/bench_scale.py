@@ -73,7 +73,11 @@ def seed(path: Path, count: int) -> None:
                 if i % 100 == 0:
                     doc.status = "waiting_approval"
                 columns = _columns(doc)
-                conn.execute(q["create_run"], {**columns, "agent_ref": None})  # tags too
+                conn.execute(  # tags too
+                    q["create_run"],
+                    {**columns, "agent_ref": None, "tenant": "default", "queue": "default",
+                     "now": 0.0},
+                )
     asyncio.run(store.close())
 
 

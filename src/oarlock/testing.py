@@ -3,6 +3,7 @@ wrappers that validate every run document, invocation and receipt before it is w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from oarlock.errors import DocumentInvalid
@@ -16,19 +17,27 @@ from oarlock.governance._store import ClaimHeld, GovernanceStore, MemoryGovernan
 from oarlock.models._scripted import ScriptedModel
 from oarlock.store._base import Event, RunStore, RunSummary, StoredRun
 from oarlock.store._memory import MemoryStore
+from oarlock.store._queue import Lease, RunQueue, WorkerInfo
 
 __all__ = [
     "MemoryGovernanceStore",
     "MemoryStore",
     "ScriptedModel",
     "ValidatingGovernanceStore",
+    "ValidatingQueueStore",
     "ValidatingStore",
 ]
 
 
 class ValidatingStore:
     """Wraps a store and refuses to write a document that fails ``oarlock validate``
-    (schema and semantic rules): a test that runs through it proves every step valid."""
+    (schema and semantic rules): a test that runs through it proves every step valid. It is
+    a run queue (its queue methods pass through) exactly when ``inner`` is one."""
+
+    def __new__(cls, inner: RunStore) -> ValidatingStore:
+        if cls is ValidatingStore and isinstance(inner, RunQueue):
+            return super().__new__(ValidatingQueueStore)
+        return super().__new__(cls)
 
     def __init__(self, inner: RunStore) -> None:
         self.inner = inner
@@ -41,17 +50,32 @@ class ValidatingStore:
         self.writes += 1
 
     async def create(
-        self, document: RunDocument, events: list[Event], *, agent_ref: str | None = None
+        self,
+        document: RunDocument,
+        events: list[Event],
+        *,
+        agent_ref: str | None = None,
+        tenant: str = "default",
+        queue: str = "default",
     ) -> int:
         self._check(document)
-        return await self.inner.create(document, events, agent_ref=agent_ref)
+        return await self.inner.create(
+            document, events, agent_ref=agent_ref, tenant=tenant, queue=queue
+        )
 
     async def load(self, run_id: str) -> StoredRun:
         return await self.inner.load(run_id)
 
-    async def save(self, document: RunDocument, expected_version: int, events: list[Event]) -> int:
+    async def save(
+        self,
+        document: RunDocument,
+        expected_version: int,
+        events: list[Event],
+        *,
+        lease: Lease | None = None,
+    ) -> int:
         self._check(document)
-        return await self.inner.save(document, expected_version, events)
+        return await self.inner.save(document, expected_version, events, lease=lease)
 
     async def events(self, run_id: str) -> list[Event]:
         return await self.inner.events(run_id)
@@ -62,14 +86,58 @@ class ValidatingStore:
         status: str | None = None,
         tags: dict[str, str] | None = None,
         limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunSummary]:
-        return await self.inner.list_runs(status=status, tags=tags, limit=limit)
+        return await self.inner.list_runs(status=status, tags=tags, limit=limit, tenant=tenant)
 
     def governance(self) -> GovernanceStore:
         return ValidatingGovernanceStore(self.inner.governance())
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+class ValidatingQueueStore(ValidatingStore):
+    """A :class:`ValidatingStore` of a run queue: the queue's methods pass through."""
+
+    @property
+    def queue(self) -> RunQueue:
+        assert isinstance(self.inner, RunQueue)
+        return self.inner
+
+    async def claim(
+        self,
+        owner: str,
+        *,
+        limit: int,
+        lease_seconds: float,
+        tenants: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+    ) -> list[Lease]:
+        return await self.queue.claim(
+            owner, limit=limit, lease_seconds=lease_seconds, tenants=tenants, queues=queues
+        )
+
+    async def claim_run(self, run_id: str, owner: str, *, lease_seconds: float) -> Lease:
+        return await self.queue.claim_run(run_id, owner, lease_seconds=lease_seconds)
+
+    async def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        return await self.queue.renew(lease, lease_seconds)
+
+    async def release(self, lease: Lease) -> None:
+        await self.queue.release(lease)
+
+    async def heartbeat(self, worker: WorkerInfo) -> None:
+        await self.queue.heartbeat(worker)
+
+    async def workers(self, *, within_seconds: float) -> list[WorkerInfo]:
+        return await self.queue.workers(within_seconds=within_seconds)
+
+    async def leases(self) -> list[Lease]:
+        return await self.queue.leases()
+
+    async def wait_for_work(self, timeout: float) -> None:
+        await self.queue.wait_for_work(timeout)
 
 
 class ValidatingGovernanceStore:
@@ -101,26 +169,47 @@ class ValidatingGovernanceStore:
         approval_id: str | None,
         grant: Approval | None,
         at: str,
+        fence: Lease | None = None,
     ) -> ClaimHeld | None:
         self._check(invocation, "invocation")
         return await self.inner.begin(
-            invocation, claim, approval_id=approval_id, grant=grant, at=at
+            invocation, claim, approval_id=approval_id, grant=grant, at=at, fence=fence
         )
 
     async def take_over(
-        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+        self,
+        stale: Claim,
+        claim: Claim,
+        invocation: dict[str, Any],
+        at: str,
+        *,
+        fence: Lease | None = None,
     ) -> bool:
         self._check(invocation, "invocation")
-        return await self.inner.take_over(stale, claim, invocation, at)
+        return await self.inner.take_over(stale, claim, invocation, at, fence=fence)
 
-    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+    async def finish(
+        self,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> None:
         self._check(receipt, "receipt")
-        await self.inner.finish(receipt, result=result, at=at)
+        await self.inner.finish(receipt, result=result, at=at, fence=fence)
 
-    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+    async def refuse(
+        self,
+        invocation: dict[str, Any],
+        receipt: dict[str, Any],
+        at: str,
+        *,
+        fence: Lease | None = None,
+    ) -> None:
         self._check(invocation, "invocation")
         self._check(receipt, "receipt")
-        await self.inner.refuse(invocation, receipt, at)
+        await self.inner.refuse(invocation, receipt, at, fence=fence)
 
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         return await self.inner.claim_of(tenant_id, tool_id, key)

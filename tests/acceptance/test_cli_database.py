@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import stat
 import subprocess
 import sys
@@ -164,6 +166,8 @@ def test_a_database_in_an_unwritable_folder_is_refused(tmp_path: Path, depth: st
 
 BUSY_TOOLS = '''
 import os
+import re
+import socket
 import time
 from pathlib import Path
 
@@ -173,7 +177,8 @@ from oarlock.tools import tool
 @tool(side_effect="read")
 def slow(seconds: float) -> str:
     """Take a while."""
-    Path(os.environ["BUSY_MARK"]).touch()
+    with open(os.environ["BUSY_MARK"], "a") as mark:
+        mark.write("called\\n")
     time.sleep(seconds)
     return f"slept {seconds}"
 '''
@@ -181,8 +186,8 @@ def slow(seconds: float) -> str:
 
 def test_a_second_resume_of_a_run_another_process_drives_says_so(tmp_path: Path) -> None:
     """Process A runs a run whose first tool takes a second. Process B resumes it meanwhile:
-    it waits for A's receipt of that call (the same call, never run twice), then finds that
-    A has saved the step first, while A is busy with the next one."""
+    A holds the run's lease, so B is refused at once, naming A and its lease's deadline, and
+    runs nothing."""
     (tmp_path / "oarlock_busy_tools.py").write_text(BUSY_TOOLS)
     turns = [
         {"tool_calls": [{"name": "slow", "arguments": {"seconds": 1}}]},
@@ -213,20 +218,19 @@ def test_a_second_resume_of_a_run_another_process_drives_says_so(tmp_path: Path)
         [run] = cli.runs()
         second = cli("resume", run["id"])
         assert second.returncode == 1, (second.stdout, second.stderr)
-        assert second.stderr == (
-            f"oarlock: run {run['id']} is being run by another process (it saved a step while "
-            "this one was taking the same step); see where it stands with: oarlock runs show "
-            f"{run['id']}\n"
-        )
+        holder = f"proc:{socket.gethostname()}:{first.pid}"
+        assert re.fullmatch(
+            rf"oarlock: run {run['id']} is being driven by {re.escape(holder)} until "
+            r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\n",
+            second.stderr,
+        ), second.stderr
         assert second.stdout == ""
         assert cli.runs()[0]["status"] == "running"  # still A's
     finally:
         first.kill()
         first.wait(TIMEOUT)
-    slow_calls = [
-        r for r in json.loads(cli.ok("receipts", "list", "--json")) if r["tool"] == "slow"
-    ]
-    assert len(slow_calls) == 1  # the second process did not run the tool again
+    assert mark.read_text().splitlines() == ["called"]  # B did not run the tool again
+    assert json.loads(cli.ok("receipts", "list", "--json")) == []  # nor refused a call
 
 
 def test_the_demo_waits_in_a_private_database(tmp_path: Path, umask_022: None) -> None:

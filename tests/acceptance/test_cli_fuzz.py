@@ -31,8 +31,9 @@ from tests.acceptance.inproc import Result, call
 from oarlock.cli import build_parser
 from oarlock.demo import AGENT_FILE
 
-NEVER = {"--detach", "-h", "--help", "--version"}  # a background process; help and version
-SKIP = {"demo"}  # runs the whole demo: covered by the acceptance tests
+NEVER = {"-h", "--help", "--version"}
+# demo runs the whole demo, worker runs until stopped: covered by their own tests
+SKIP = {"demo", "worker"}
 
 
 @dataclass(frozen=True)
@@ -261,5 +262,5 @@ def test_no_argument_list_makes_a_traceback_or_changes_a_refused_database(
 def test_the_fuzzer_reaches_every_command() -> None:
     names = {" ".join(c.path) for c in COMMANDS}
     assert {"run", "runs list", "runs show", "approve", "receipts reconcile", "audit keygen",
-            "validate", "upgrade"} <= names
+            "validate", "upgrade", "workers"} <= names
     assert all(o.name not in NEVER for c in COMMANDS for o in c.options)

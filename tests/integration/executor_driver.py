@@ -147,18 +147,23 @@ class CrashingStore(ValidatingGovernanceStore):
         approval_id: str | None,
         grant: Approval | None,
         at: str,
+        fence: Any = None,
     ) -> ClaimHeld | None:
         if self.mode == "before-claim":
             die()
-        held = await super().begin(invocation, claim, approval_id=approval_id, grant=grant, at=at)
+        held = await super().begin(
+            invocation, claim, approval_id=approval_id, grant=grant, at=at, fence=fence
+        )
         if held is None and self.mode == "after-claim":
             die()
         return held
 
-    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+    async def finish(
+        self, receipt: dict[str, Any], *, result: bytes | None, at: str, fence: Any = None
+    ) -> None:
         if self.mode == "after-tool":
             die()
-        await super().finish(receipt, result=result, at=at)
+        await super().finish(receipt, result=result, at=at, fence=fence)
 
 
 async def main(db: str, mode: str, effects: str, which: str = "charge") -> int:

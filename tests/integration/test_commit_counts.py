@@ -2,8 +2,9 @@
 under every durable figure in bench/results.md. A 10-turn run of one read tool commits its
 creation, each turn's model response and tool results, and the answer, each flushed before
 the run goes on (22); each governed read call adds two unflushed commits (its claim before the
-tool runs, its receipt after). Resuming a paused run flushes four: the decision, the spend
-call's claim (before the tool runs), the results and the answer."""
+tool runs, its receipt after), and the drive two more (the run's lease taken and given back).
+Resuming a paused run flushes four: the decision, the spend call's claim (before the tool
+runs), the results and the answer; the lease of the drive adds two unflushed commits."""
 
 from __future__ import annotations
 
@@ -33,14 +34,15 @@ def count_commits(store: SQLiteStore) -> dict[str, int]:
     return counts
 
 
-async def test_a_ten_turn_run_flushes_22_commits_and_adds_two_unflushed_per_call(
+async def test_a_ten_turn_run_flushes_22_commits_and_adds_two_unflushed_per_call_and_drive(
     tmp_path: Path,
 ) -> None:
     async with SQLiteStore(tmp_path / "c.db") as store:
         counts = count_commits(store)
         doc = await Runner(agent(10), store).start("go")
         assert doc.status == "completed" and doc.turns == 11
-    assert counts == {"FULL": 22, "NORMAL": 20}
+    # unflushed: 10 claims and 10 receipts of the reads; the lease taken, then given back
+    assert counts == {"FULL": 22, "NORMAL": 22}
 
 
 async def test_resuming_after_an_approval_flushes_four_commits(tmp_path: Path) -> None:
@@ -55,5 +57,6 @@ async def test_resuming_after_an_approval_flushes_four_commits(tmp_path: Path) -
         await runner.decide(paused.id, call, "approved")
         done = await runner.resume(paused.id)
         assert done.status == "completed"
-    # flushed: decision, claim, results, answer; unflushed: the approval, the receipt
-    assert counts == {"FULL": 4, "NORMAL": 2}
+    # flushed: decision, claim, results, answer; unflushed: the approval, the receipt, the
+    # lease of the resume taken and given back
+    assert counts == {"FULL": 4, "NORMAL": 4}

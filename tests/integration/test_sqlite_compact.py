@@ -89,11 +89,14 @@ def as_version_2(source: Path, target: Path) -> None:
             "INSERT INTO events SELECT r.id, e.seq, e.kind, e.at, e.data "
             "FROM v3.events AS e JOIN v3.runs AS r ON r.num = e.run_num"
         )
+        conn.execute(  # the claims of version 2 name no run and no lease epoch
+            "INSERT INTO claims SELECT tenant_id, tool_id, idempotency_key, invocation_id, "
+            "arguments_hash, owner, claimed_at, lease_until FROM v3.claims"
+        )
         for table in (
             "run_tags",
             "ledger",
             "invocations",
-            "claims",
             "approvals",
             "receipts",
             "reconciliations",

@@ -215,6 +215,8 @@ def schema(path: Path) -> dict[str, set[str]]:
 RUN_TABLES = {"runs", "events", "run_tags"}
 GOVERNANCE_TABLES = {"ledger", "invocations", "claims", "approvals", "receipts",
                      "reconciliations", "artifacts", "checkpoints"}
+QUEUE_TABLES = {"workers", "leaders"}
+ALL_TABLES = RUN_TABLES | GOVERNANCE_TABLES | QUEUE_TABLES
 
 
 def query_plans(conn: sqlite3.Connection, queries: Mapping[str, str]) -> dict[str, str]:
@@ -231,9 +233,10 @@ def test_migrations_create_what_every_named_query_needs(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     asyncio.run(SQLiteStore(path).close())
     assert schema(path) == {
-        "table": RUN_TABLES | GOVERNANCE_TABLES,
+        "table": ALL_TABLES,
         "index": {"runs_by_created", "runs_by_status", "run_tags_by_value",
-                  "invocations_by_run", "reconciliations_by_invocation"},
+                  "invocations_by_run", "reconciliations_by_invocation", "runs_runnable",
+                  "runs_served", "runs_by_holder", "runs_approval_due"},
         "trigger": {"runs_tags_created", "runs_tags_changed"},
     }
     conn = sqlite3.connect(path)
@@ -264,6 +267,32 @@ def test_migrations_create_what_every_governance_query_needs(tmp_path: Path) -> 
     assert "SCAN" not in plans["approval_for"]
     assert "SCAN" not in plans["load_invocation"]
     assert "reconciliations_by_invocation" in plans["reconciliations"]
+    # the fence of every governed write reads one run by its id
+    assert "SCAN" not in plans["run_epoch"]
+
+
+def test_migrations_create_what_every_queue_query_needs(tmp_path: Path) -> None:
+    """The claim walks runs_runnable (never the table, whatever the queue holds); the
+    lookups of one run, of the leases held, of a tenant's last claim and of lapsed
+    approvals each go through an index."""
+    path = tmp_path / "x.db"
+    asyncio.run(SQLiteStore(path).close())
+    conn = sqlite3.connect(path)
+    queries = _sqlite.named_queries("sqlite_queue.sql")
+    assert {"claim", "claim_run", "renew", "release", "heartbeat", "workers", "leases",
+            "lead", "lapsed_approvals", "runnable"} <= set(queries)
+    plans = query_plans(conn, queries)
+    conn.close()
+    claim = plans["claim"]
+    for runs in ("runs", "r", "n", "s"):  # the aliases of runs in the claim
+        assert f"SCAN {runs} " not in claim + " ", claim
+    assert "runs_runnable (queue=? AND tenant=? AND ready_at<?)" in claim
+    assert "runs_runnable (queue=? AND tenant>?)" in claim
+    assert "runs_served (tenant=?" in claim
+    assert "runs_by_holder" in plans["leases"]
+    assert "runs_approval_due" in plans["lapsed_approvals"]
+    for name in ("claim_run", "renew", "release", "lease_of"):
+        assert "SCAN" not in plans[name], (name, plans[name])
 
 
 def test_reopening_migrates_nothing_and_keeps_data(tmp_path: Path) -> None:
@@ -271,7 +300,7 @@ def test_reopening_migrates_nothing_and_keeps_data(tmp_path: Path) -> None:
     create(path, make_doc(), [Event("run_created", "t", {})], "m:a")
     first = snapshot(path)
     assert snapshot(path) == first
-    assert schema(path)["table"] == RUN_TABLES | GOVERNANCE_TABLES
+    assert schema(path)["table"] == ALL_TABLES
 
 
 def test_a_version_1_database_is_migrated_to_the_governance_schema_keeping_its_runs(
@@ -291,7 +320,7 @@ def test_a_version_1_database_is_migrated_to_the_governance_schema_keeping_its_r
     conn.close()
     assert schema(path)["table"] == RUN_TABLES
     after = snapshot(path)  # opened by the code that knows every migration
-    assert schema(path)["table"] == RUN_TABLES | GOVERNANCE_TABLES
+    assert schema(path)["table"] == ALL_TABLES
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite.schema_version()
     conn.close()

@@ -102,8 +102,10 @@ class YieldingStore:
         self._governance = YieldingGovernance(inner.governance(), self)
 
     async def create(self, document: RunDocument, events: list[Event], *,
-                     agent_ref: str | None = None) -> int:
-        return await self.inner.create(document, events, agent_ref=agent_ref)
+                     agent_ref: str | None = None, tenant: str = "default",
+                     queue: str = "default") -> int:
+        return await self.inner.create(document, events, agent_ref=agent_ref, tenant=tenant,
+                                       queue=queue)
 
     async def load(self, run_id: str) -> StoredRun:
         stored = await self.inner.load(run_id)
@@ -111,10 +113,10 @@ class YieldingStore:
         return stored
 
     async def save(self, document: RunDocument, expected_version: int,
-                   events: list[Event]) -> int:
+                   events: list[Event], *, lease: Any = None) -> int:
         await asyncio.sleep(0)
         try:
-            return await self.inner.save(document, expected_version, events)
+            return await self.inner.save(document, expected_version, events, lease=lease)
         except ConflictError:
             self.conflicts += 1
             raise
@@ -123,8 +125,8 @@ class YieldingStore:
         return await self.inner.events(run_id)
 
     async def list_runs(self, *, status: str | None = None, tags: dict[str, str] | None = None,
-                        limit: int = 100) -> list[RunSummary]:
-        return await self.inner.list_runs(status=status, tags=tags, limit=limit)
+                        limit: int = 100, tenant: str | None = None) -> list[RunSummary]:
+        return await self.inner.list_runs(status=status, tags=tags, limit=limit, tenant=tenant)
 
     def governance(self) -> Any:
         return self._governance

@@ -372,11 +372,13 @@ async def test_a_failed_receipt_write_makes_a_side_effecting_call_uncertain(env)
     class FailingFinish(MemoryGovernanceStore):
         fail = 1
 
-        async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+        async def finish(
+            self, receipt: dict[str, Any], *, result: bytes | None, at: str, fence: Any = None
+        ) -> None:
             if self.fail:
                 self.fail -= 1
                 raise OSError("disk full")
-            await super().finish(receipt, result=result, at=at)
+            await super().finish(receipt, result=result, at=at, fence=fence)
 
     failing = FailingFinish()
     args = {"order_id": "o1", "amount": 5}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from oarlock import __version__
 from oarlock._render import block, line
-from oarlock.cli._args import Parser, limit, path, seconds, stored_path, text
+from oarlock.cli._args import Parser, concurrency, limit, path, seconds, stored_path, text
 
 if TYPE_CHECKING:
     from oarlock.errors import OarlockError
@@ -109,7 +109,19 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("agent_file", metavar="AGENT_FILE", type=stored_path)
     p.add_argument("input", metavar="INPUT", type=text)
     p.add_argument("--tag", action="append", type=text, metavar="KEY=VALUE", help="tag the run")
-    p.add_argument("--detach", action="store_true", help="run in the background")
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="only submit the run: a worker (oarlock worker) drives it",
+    )
+    p.add_argument(
+        "--queue",
+        metavar="QUEUE",
+        type=text,
+        default="default",
+        help="the queue whose workers drive the run when it is handed to them (default: "
+        "default)",
+    )
     p.add_argument(
         "--model",
         metavar="MODEL",
@@ -200,6 +212,7 @@ def _add_run_commands(sub: Any) -> None:
     _add_governance_commands(sub)
     _add_key_commands(sub)
     _add_sandbox_commands(sub)
+    _add_worker_commands(sub)
 
     p = sub.add_parser("demo", help="run the refund desk demo, offline")
     p.add_argument("--yes", action="store_true", help="approve the refund without asking")
@@ -362,6 +375,52 @@ def _add_key_commands(sub: Any) -> None:
     p.add_argument("--approvers", metavar="FILE", type=path, help="the approvers file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler="oarlock.cli._keys:dispatch", action="list")
+
+
+def _add_worker_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="drive the runs of the database until stopped (SIGTERM or SIGINT)",
+        description="Claim runnable runs (fairly across tenants) and drive up to "
+        "--concurrency of them at once, each under a lease renewed every --heartbeat "
+        "seconds and lost after --lease seconds without one. On SIGTERM or SIGINT, claim "
+        "nothing more, let each run finish its step (within --drain seconds), and hand the "
+        "runs back; a second signal stops them at once.",
+    )
+    p.add_argument(
+        "--concurrency", type=concurrency, default=4, metavar="N",
+        help="runs driven at once (default 4)",
+    )
+    p.add_argument(
+        "--tenant", action="append", type=text, metavar="TENANT",
+        help="claim only this tenant's runs (repeatable; default: every tenant's)",
+    )
+    p.add_argument(
+        "--queue", type=text, default="default", metavar="QUEUE",
+        help="claim the runs of this queue (default: default)",
+    )
+    for name, default, what in (
+        ("--poll", 1.0, "the longest wait between looks for work"),
+        ("--heartbeat", 5.0, "how often the worker says it is alive and renews its leases"),
+        ("--lease", 30.0, "how long a lease lasts without a heartbeat (at least two)"),
+        ("--max-run-time", 3600.0, "the longest one drive of a run may take; then it fails"),
+        ("--drain", 30.0, "on shutdown, how long runs may take to finish their step"),
+    ):
+        p.add_argument(
+            name, type=seconds, default=default, metavar="SECONDS",
+            help=f"{what} (default {default:g})",
+        )
+    p.set_defaults(handler="oarlock.cli._worker:dispatch", action="worker")
+
+    p = sub.add_parser(
+        "workers", help="the live workers: heartbeat age and the runs they hold"
+    )
+    p.add_argument(
+        "--within", type=seconds, default=60.0, metavar="SECONDS",
+        help="a worker is live if it sent a heartbeat this recently (default 60)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler="oarlock.cli._worker:dispatch", action="workers")
 
 
 def refused(exc: OarlockError) -> int:

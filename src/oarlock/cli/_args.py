@@ -23,6 +23,7 @@ __all__ = [
     "MAX_EXPIRES_IN",
     "MAX_LIMIT",
     "Parser",
+    "concurrency",
     "limit",
     "path",
     "seconds",
@@ -111,5 +112,20 @@ def limit(value: str) -> int:
     if not 1 <= number <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(
             f"{line(value)}: give a whole number from 1 to {MAX_LIMIT}"
+        )
+    return number
+
+
+def concurrency(value: str) -> int:
+    """How many runs a worker drives at once: a whole number from 1 to 10,000."""
+    from oarlock.worker._settings import MAX_CONCURRENCY
+
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{line(value)} is not a whole number") from None
+    if not 1 <= number <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(
+            f"{line(value)}: give a whole number from 1 to {MAX_CONCURRENCY}"
         )
     return number

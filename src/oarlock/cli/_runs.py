@@ -12,8 +12,6 @@ line, ``dumps`` for JSON."""
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,7 +20,7 @@ from oarlock._render import dumps, line
 from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
 from oarlock.cli._show import print_runs, print_summary, timeline
-from oarlock.errors import ConfigError, ConflictError, OarlockError
+from oarlock.errors import ConfigError, ConflictError, LeaseLost, OarlockError, RunBusy
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
 if TYPE_CHECKING:  # the engine and the models load only for commands that run agents
@@ -30,7 +28,7 @@ if TYPE_CHECKING:  # the engine and the models load only for commands that run a
     from oarlock.engine._runner import Runner
     from oarlock.formats._models import RunDocument
     from oarlock.governance._approvers import ApproverKey
-    from oarlock.store._base import RunStore
+    from oarlock.store._base import Event, RunStore
 
 __all__ = [
     "Command",
@@ -134,24 +132,10 @@ async def _with_store(
 async def _agent_of(store: RunStore, run_id: str) -> Agent:
     """The run's agent, from its agent file, with the model the run was started with
     (``run --model`` may have named another than the file's)."""
-    from oarlock.engine._agentfile import load_agent
-    from oarlock.models._registry import load_model
+    from oarlock.engine._agentfile import run_agent
 
     stored = await store.load(run_id)
-    if not stored.agent_ref:
-        raise OarlockError(
-            f"run {line(run_id)} has no agent file on record; resume it from Python with its "
-            "Agent",
-            code="no_agent_ref",
-        )
-    agent = load_agent(stored.agent_ref)
-    model = stored.document.model
-    if model != agent.model.model_id:
-        try:
-            agent = agent.with_model(load_model(model, Path(stored.agent_ref).parent))
-        except ConfigError as exc:
-            raise ConfigError(f"run {run_id} uses model {model}: {exc}", code=exc.code) from None
-    return agent
+    return run_agent(stored.agent_ref, stored.document.model, run_id)
 
 
 def _load(agent_file: str, model: str | None) -> Agent:
@@ -182,29 +166,44 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
     agent_file = str(Path(args.agent_file).resolve())
     agent: Agent = args.loaded_agent  # loaded before the store opened (see dispatch)
     if args.detach:
-        import subprocess
-
-        runner = _runner(agent, store)
-        doc, _ = await runner.create(args.input, tags=tags, agent_ref=agent_file)
-        log = _db(args).with_suffix(f".{doc.id}.log")
-        # the log holds what the run says: as private as the database beside it
-        with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as fh:
-            subprocess.Popen(
-                [sys.executable, "-m", "oarlock.cli", "--db", str(_db(args)), "resume", doc.id],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        print(f"run {line(doc.id)} started in the background (log: {line(log)})")
+        doc = await _runner(agent, store).submit(
+            args.input, tags=tags, agent_ref=agent_file, queue=args.queue
+        )
+        print(f"run {line(doc.id)} submitted to queue {line(args.queue)}")
+        await _worker_advice(store, args.queue)
         return EXIT_OK
     async with agent.connected():
-        doc = await _runner(agent, store).start(args.input, tags=tags, agent_ref=agent_file)
-    return _finish(doc)
+        runner = _runner(agent, store)
+        doc = await runner.start(args.input, tags=tags, agent_ref=agent_file, queue=args.queue)
+    return _finish(await _taken(doc, runner))
+
+
+# a worker that has not heartbeaten for a minute is taken for gone, in advice
+_ALIVE_WITHIN = 60.0
+
+
+async def _worker_advice(store: RunStore, queue: str) -> None:
+    """Say how to start a worker when none is alive (a submitted run waits for one)."""
+    from oarlock.store._queue import RunQueue
+
+    if isinstance(store, RunQueue) and not await store.workers(within_seconds=_ALIVE_WITHIN):
+        option = "" if queue == "default" else f" --queue {line(queue)}"
+        print(f"no worker is running: start one with: oarlock worker{option}")
+
+
+async def _taken(doc: RunDocument, runner: Runner) -> RunDocument:
+    """``doc``; when another process holds it (a worker claimed the run before this
+    command could drive it), say who and until when."""
+    if doc.status == "running" and (holder := await _holder(runner, doc.id)) is not None:
+        print(holder)
+    return doc
 
 
 def _run_json(run: dict[str, Any]) -> dict[str, Any]:
-    """A run of ``read_runs`` as ``runs list --json`` prints it (camelCase members)."""
+    """A run of ``read_runs`` as ``runs list --json`` prints it (camelCase members; the
+    holder and deadline of a live lease, else null)."""
+    from oarlock.cli._show import lease_text
+
     return {
         "id": run["id"],
         "agent": run["agent"],
@@ -213,6 +212,9 @@ def _run_json(run: dict[str, Any]) -> dict[str, Any]:
         "turns": run["turns"],
         "createdAt": run["created_at"],
         "updatedAt": run["updated_at"],
+        "tenant": run["tenant"],
+        "holder": run["holder"],
+        "leaseUntil": lease_text(run["lease_until"]) or None,
     }
 
 
@@ -280,36 +282,84 @@ async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
     from oarlock.cli._keys import principal_default
 
     edited = _edited(getattr(args, "edit", None))
-    doc = await runner.decide(
-        args.run_id,
-        args.call_id,
-        args.decision,
-        reason=args.reason,
-        edited_arguments=edited,
-        response=getattr(args, "text", None),
-        # else the approver key's principal, else the user's
-        principal=args.principal or (None if runner.approver else principal_default()),
-        expires_in=getattr(args, "expires_in", None),
-    )
-    print(f"{line(args.call_id)}: {args.decision}")
+    said: list[bool] = []
+    shown = runner.on_commit
+
+    def say(doc: RunDocument, events: list[Event]) -> None:
+        """The decision's line once it is stored, before the drive that follows it."""
+        if not said and any(
+            e.kind == "approval_decided" and e.data.get("toolCallId") == args.call_id
+            for e in events
+        ):
+            said.append(True)
+            print(f"{line(args.call_id)}: {args.decision}", flush=True)
+        if shown is not None:
+            shown(doc, events)
+
+    runner.on_commit = say
+    try:
+        doc = await runner.decide(
+            args.run_id,
+            args.call_id,
+            args.decision,
+            reason=args.reason,
+            edited_arguments=edited,
+            response=getattr(args, "text", None),
+            # else the approver key's principal, else the user's
+            principal=args.principal or (None if runner.approver else principal_default()),
+            expires_in=getattr(args, "expires_in", None),
+            resume=not args.no_resume,  # under the run's lease from the decision on
+        )
+    except ConflictError as exc:
+        if isinstance(exc, RunBusy | LeaseLost) or exc.code not in ("conflict", "busy"):
+            raise
+        raise _busy(args.run_id) from None
+    if not said:
+        print(f"{line(args.call_id)}: {args.decision}")
     if doc.status == "running" and not args.no_resume:
-        doc = await _resumed(runner, args.run_id)
+        holder = await _holder(runner, doc.id)
+        if holder is not None:  # another process held the run: the decision is its to act on
+            print(holder)
+            return EXIT_OK
     return _finish(doc)
 
 
 async def _resumed(runner: Runner, run_id: str) -> RunDocument:
-    """``runner.resume``; a run another process is driving (it saved a step while this
-    one worked on the same step) is refused with code ``run_busy``."""
+    """``runner.resume``; a run another process holds is refused (RunBusy, naming the
+    holder and its lease's deadline), and so is one another process saved a step of
+    while this one worked on the same step (code ``run_busy``)."""
     try:
         return await runner.resume(run_id)
     except ConflictError as exc:
-        if exc.code not in ("conflict", "busy"):
+        if isinstance(exc, RunBusy | LeaseLost) or exc.code not in ("conflict", "busy"):
             raise
-        raise OarlockError(
-            f"run {run_id} is being run by another process (it saved a step while this one "
-            f"was taking the same step); see where it stands with: oarlock runs show {run_id}",
-            code="run_busy",
-        ) from None
+        raise _busy(run_id) from None
+
+
+def _busy(run_id: str) -> OarlockError:
+    return OarlockError(
+        f"run {run_id} is being run by another process (it saved a step while this one "
+        f"was taking the same step); see where it stands with: oarlock runs show {run_id}",
+        code="run_busy",
+    )
+
+
+async def _holder(runner: Runner, run_id: str) -> str | None:
+    """"run X is being driven by OWNER until T" when another process holds the run."""
+    from oarlock.store._queue import RunQueue
+
+    store = runner.store
+    if not isinstance(store, RunQueue):
+        return None
+    for lease in await store.leases():
+        if lease.run_id == run_id and lease.owner != runner.owner:
+            from oarlock.cli._show import lease_text
+
+            return (
+                f"run {line(run_id)} is being driven by {line(lease.owner)} until "
+                f"{lease_text(lease.until)}"
+            )
+    return None
 
 
 async def _resume(args: argparse.Namespace, store: RunStore) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 from oarlock._render import block, cell, line
 
-__all__ = ["print_pending", "print_runs", "print_summary", "timeline"]
+__all__ = ["lease_text", "print_pending", "print_runs", "print_summary", "timeline"]
 
 _LABEL = 9  # width of the timeline's labels ("assistant")
 _UNDER = " " * (_LABEL + 2)  # later lines of a labelled text, under its first
@@ -154,13 +154,33 @@ def print_summary(doc: Mapping[str, Any]) -> None:
         print(text)
 
 
+def lease_text(until: float | None) -> str:
+    """A lease's deadline (seconds since the epoch) as RFC 3339 UTC; empty for none."""
+    if until is None:
+        return ""
+    from oarlock.store._leases import time_text
+
+    return time_text(until)
+
+
 def print_runs(runs: Sequence[Mapping[str, Any]]) -> None:
-    """The run table; ``runs`` as ``SQLiteStore.read_runs`` gives them. Not on a terminal,
-    one run a line, its fields separated by tabs (a tab in a field shows as ``\\t``)."""
+    """The run table; ``runs`` as ``SQLiteStore.read_runs`` gives them, with the holder of
+    each run driven now and its lease's deadline. Not on a terminal, one run a line, its
+    fields separated by tabs (a tab in a field shows as ``\\t``; a run nobody holds has
+    the last two empty)."""
     import sys
 
     fields = [
-        (r["id"], r["agent"], r["status"], r["turns"], r["updated_at"], _tags(r["tags"]))
+        (
+            r["id"],
+            r["agent"],
+            r["status"],
+            r["turns"],
+            r["updated_at"],
+            _tags(r["tags"]),
+            r.get("holder") or "",
+            lease_text(r.get("lease_until")),
+        )
         for r in runs
     ]
     if not sys.stdout.isatty():
@@ -171,8 +191,8 @@ def print_runs(runs: Sequence[Mapping[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
-    for col in ("run", "agent", "status", "turns", "updated", "tags"):
-        table.add_column(col, no_wrap=col in ("run", "updated"))
+    for col in ("run", "agent", "status", "turns", "updated", "tags", "held by", "until"):
+        table.add_column(col, no_wrap=col in ("run", "updated", "until"))
     for row in fields:
         table.add_row(*(cell(value) for value in row))
     Console().print(table)

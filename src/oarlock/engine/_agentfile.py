@@ -96,6 +96,7 @@ __all__ = [
     "AgentFileCheck",
     "check_agent_file",
     "load_agent",
+    "run_agent",
     "load_model",
     "load_policy",
     "resolve_import",
@@ -626,3 +627,27 @@ def load_agent(path: str | Path) -> Agent:
             checked.problems.add("cannot be loaded")
         raise checked.problems.error(os.fspath(path))
     return checked.agent
+
+
+def run_agent(agent_ref: str | None, model: str, run_id: str) -> Agent:
+    """The agent of a stored run: its agent file's (``agent_ref``), with the model the run
+    was started with (``run --model`` may have named another than the file's), trusting
+    the user's approvers when the file names none (an approval acted on by another process
+    must be signed by a configured key). OarlockError (code ``no_agent_ref``) for a run with
+    no agent file on record; ConfigError for a file that does not load."""
+    from oarlock.governance._approvers import user_approvers
+
+    if not agent_ref:
+        raise OarlockError(
+            f"run {run_id} has no agent file on record; resume it from Python with its Agent",
+            code="no_agent_ref",
+        )
+    agent = load_agent(agent_ref)
+    if model != agent.model.model_id:
+        try:
+            agent = agent.with_model(load_model(model, Path(agent_ref).parent))
+        except ConfigError as exc:
+            raise ConfigError(f"run {run_id} uses model {model}: {exc}", code=exc.code) from None
+    if agent.approvers is None:
+        agent.approvers = user_approvers()
+    return agent

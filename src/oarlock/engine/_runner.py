@@ -1,7 +1,9 @@
 """The runner: drives the pure turn loop, talking to the model, the executor and the store.
 
 Every step is committed (document and events in one transaction) before the next begins,
-so a run can be resumed by any process from whatever the last commit left."""
+so a run can be resumed by any process from whatever the last commit left. On a store that
+is a run queue, each drive holds the run's lease (see :mod:`oarlock.engine._lease`), and
+every write of the drive is fenced by it."""
 
 from __future__ import annotations
 
@@ -23,12 +25,15 @@ from oarlock.engine._execute import (
     error_result,
     plan_call,
 )
+from oarlock.engine._lease import Hold, drive_held
 from oarlock.errors import (
     ConflictError,
     DecisionRefused,
+    LeaseLost,
     ModelError,
     RetryableModelError,
     StoreError,
+    UsageError,
 )
 from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
@@ -37,6 +42,8 @@ from oarlock.governance._executor import GovernedExecutor
 from oarlock.governance._sanitize import sanitize
 from oarlock.models._base import ModelRequest, ModelResponse, TextSink, TurnText
 from oarlock.store._base import Event, RunStore, StoredRun
+from oarlock.store._leases import as_queue, process_holder
+from oarlock.store._queue import Lease, RunQueue
 from oarlock.tools._tool import ToolArgumentsError
 
 __all__ = ["RetryPolicy", "Runner", "cancel_run", "update_run"]
@@ -79,7 +86,14 @@ class Runner:
     ``on_text`` receives the model's text as it streams in. ``approver`` signs the
     approvals :meth:`decide` records; without one, they are signed with this process's own
     key, which only an agent without configured approvers trusts (so that a decision made
-    and acted on in one process needs no set-up)."""
+    and acted on in one process needs no set-up).
+
+    When the store is a run queue, every drive holds the run's lease as ``owner`` (default
+    ``proc:HOST:PID``) for ``lease_seconds``, renewed while it drives; a run another holds
+    live is refused with RunBusy. A worker passes the ``lease`` it holds instead: the
+    runner then drives that run only, under that lease. ``pause``, asked before each step,
+    ends the drive there when it says so, the run left as committed (running, to be
+    resumed): a worker that shuts down hands its runs back between steps."""
 
     def __init__(
         self,
@@ -94,8 +108,21 @@ class Runner:
         replay_of: str | None = None,
         on_text: TextSink | None = None,
         approver: ApproverKey | None = None,
+        lease: Lease | None = None,
+        lease_seconds: float = 30.0,
+        owner: str | None = None,
+        pause: Callable[[], bool] | None = None,
     ) -> None:
+        if isinstance(lease_seconds, bool) or not (
+            isinstance(lease_seconds, int | float) and 0 < lease_seconds < float("inf")
+        ):
+            raise UsageError(
+                f"lease_seconds must be a number of seconds above 0, not {lease_seconds!r}"
+            )
         self.agent, self.store, self.approver = agent, store, approver
+        self.lease, self.lease_seconds = lease, float(lease_seconds)
+        self.owner, self.pause = owner or process_holder(), pause
+        self._queue: RunQueue | None = as_queue(store)
         self.executor: Executor = executor or GovernedExecutor(
             store.governance(),
             policy=agent.policy,
@@ -115,6 +142,7 @@ class Runner:
         tags: dict[str, str] | None = None,
         agent_ref: str | None = None,
         run_id: str | None = None,
+        queue: str = "default",
     ) -> tuple[RunDocument, int]:
         doc, events = core.new_run(
             run_id=run_id or str(uuid.uuid4()),
@@ -124,9 +152,28 @@ class Runner:
             now=self.clock(),
             tags=tags,
         )
-        version = await self.store.create(doc, events, agent_ref=agent_ref)
+        version = await self.store.create(
+            doc, events, agent_ref=agent_ref, tenant=self.agent.tenant, queue=queue
+        )
         self._notify(doc, events)
         return doc, version
+
+    async def submit(
+        self,
+        input: str,
+        *,
+        tags: dict[str, str] | None = None,
+        queue: str = "default",
+        agent_ref: str | None = None,
+        run_id: str | None = None,
+    ) -> RunDocument:
+        """Create a run and leave it to a worker (it is runnable at once, in ``queue``).
+        A worker loads the run's agent from ``agent_ref`` (an agent file), unless it was
+        given the agent itself."""
+        doc, _ = await self.create(
+            input, tags=tags, agent_ref=agent_ref, run_id=run_id, queue=queue
+        )
+        return doc
 
     async def start(
         self,
@@ -135,22 +182,57 @@ class Runner:
         tags: dict[str, str] | None = None,
         agent_ref: str | None = None,
         run_id: str | None = None,
+        queue: str = "default",
     ) -> RunDocument:
-        """Create a run and drive it until it finishes or waits for a human."""
-        doc, version = await self.create(input, tags=tags, agent_ref=agent_ref, run_id=run_id)
-        return await self._drive(doc, version)
+        """Create a run (in ``queue``, where workers find it if it is handed back) and
+        drive it until it finishes or waits for a human. On a run queue, a worker may claim
+        the new run before this runner takes its lease: the run is then the worker's, and
+        this returns it as it stands."""
+        doc, version = await self.create(
+            input, tags=tags, agent_ref=agent_ref, run_id=run_id, queue=queue
+        )
+
+        async def taken() -> RunDocument:
+            return (await self.store.load(doc.id)).document
+
+        return await self._held(doc.id, lambda hold: self._drive(doc, version, hold), taken)
 
     async def resume(self, run_id: str) -> RunDocument:
-        """Continue a stored run (in this process or any other) until it finishes or waits."""
-        stored = await self.store.load(run_id)
-        doc = stored.document
-        if doc.agent != self.agent.name:
-            raise ConflictError(
-                f"run {run_id} belongs to agent {doc.agent!r}, not {self.agent.name!r}",
-                code="wrong_agent",
+        """Continue a stored run (in this process or any other) until it finishes or waits.
+        On a run queue, a run another process holds live is refused (RunBusy)."""
+
+        async def drive(hold: Hold) -> RunDocument:
+            stored = await self.store.load(run_id)
+            doc = stored.document
+            if doc.agent != self.agent.name:
+                raise ConflictError(
+                    f"run {run_id} belongs to agent {doc.agent!r}, not {self.agent.name!r}",
+                    code="wrong_agent",
+                )
+            doc.format = "oar/0.2"
+            return await self._drive(doc, stored.version, hold)
+
+        return await self._held(run_id, drive)
+
+    async def _held(
+        self,
+        run_id: str,
+        drive: Callable[[Hold], Awaitable[RunDocument]],
+        busy: Callable[[], Awaitable[RunDocument]] | None = None,
+    ) -> RunDocument:
+        if self.lease is not None and self.lease.run_id != run_id:
+            raise UsageError(
+                f"this runner drives run {self.lease.run_id} under its lease, not {run_id}"
             )
-        doc.format = "oar/0.2"
-        return await self._drive(doc, stored.version)
+        return await drive_held(
+            self._queue,
+            run_id,
+            drive,
+            owner=self.owner,
+            lease_seconds=self.lease_seconds,
+            given=self.lease,
+            busy=busy,
+        )
 
     async def expire_approvals(self, run_id: str) -> RunDocument:
         """Deny (by policy, reason: expired) the run's approvals past their deadline."""
@@ -168,6 +250,7 @@ class Runner:
         by: Literal["human", "policy"] = "human",
         principal: str | None = None,
         expires_in: float | None = None,
+        resume: bool = False,
     ) -> RunDocument:
         """Record one decision. Approvals past their deadline are denied first. An
         approval is kept by the executor (bound to the call's exact arguments, used at
@@ -175,7 +258,52 @@ class Runner:
         records it, signed by ``principal`` (default: the runner's approver, else
         ``human``) with the runner's approver key. A racing writer makes this re-read and
         re-apply, so a second decision on the same call is refused as already decided;
-        nothing is lost."""
+        nothing is lost.
+
+        ``resume=True`` then drives the run on, if the decision left it running, holding
+        its lease from before the decision to the end of the drive (on a run queue): no
+        worker takes the run in between, so an approval this process alone trusts (signed
+        with its own key) is used by this process. When another process holds the run
+        already, the decision is recorded all the same and the run left to its holder."""
+
+        async def decided() -> RunDocument:
+            return await self._decide(
+                run_id,
+                call_id,
+                decision,
+                reason=reason,
+                edited_arguments=edited_arguments,
+                response=response,
+                by=by,
+                principal=principal,
+                expires_in=expires_in,
+            )
+
+        if not resume:
+            return await decided()
+
+        async def drive(hold: Hold) -> RunDocument:
+            doc = await decided()
+            if doc.status != "running":
+                return doc
+            stored = await self.store.load(run_id)
+            return await self._drive(stored.document, stored.version, hold)
+
+        return await self._held(run_id, drive, decided)
+
+    async def _decide(
+        self,
+        run_id: str,
+        call_id: str,
+        decision: Literal["approved", "denied", "responded"],
+        *,
+        reason: str | None,
+        edited_arguments: dict[str, Any] | None,
+        response: str | None,
+        by: Literal["human", "policy"],
+        principal: str | None,
+        expires_in: float | None,
+    ) -> RunDocument:
         stored = await self.store.load(run_id)
         doc = stored.document
         now = self.clock()
@@ -222,8 +350,10 @@ class Runner:
         )
 
     # -- internals --------------------------------------------------------------------
-    def _ctx(self, doc: RunDocument) -> CallContext:
-        return CallContext(doc.id, doc.agent, self.agent.scope, doc.turns, self.replay_of)
+    def _ctx(self, doc: RunDocument, fence: Lease | None = None) -> CallContext:
+        return CallContext(
+            doc.id, doc.agent, self.agent.scope, doc.turns, self.replay_of, fence
+        )
 
     async def _keep_approval(
         self,
@@ -320,18 +450,23 @@ class Runner:
         apply: Callable[[RunDocument], list[Event]],
         *,
         loaded: StoredRun | None = None,
+        lease: Lease | None = None,
     ) -> RunDocument:
         return await update_run(
-            self.store, run_id, apply, on_commit=self.on_commit, loaded=loaded
+            self.store, run_id, apply, on_commit=self.on_commit, loaded=loaded, lease=lease
         )
 
     def _notify(self, doc: RunDocument, events: list[Event]) -> None:
         if self.on_commit is not None:
             self.on_commit(doc, events)
 
-    async def _commit(self, doc: RunDocument, version: int, events: list[Event]) -> int:
+    async def _commit(
+        self, doc: RunDocument, version: int, events: list[Event], fence: Lease | None
+    ) -> int:
         try:
-            version = await self.store.save(doc, version, events)
+            version = await self.store.save(doc, version, events, lease=fence)
+        except LeaseLost:
+            raise
         except ConflictError:
             stored = await self.store.load(doc.id)
             if stored.document.status in core.TERMINAL:
@@ -340,43 +475,57 @@ class Runner:
         self._notify(doc, events)
         return version
 
-    async def _drive(self, doc: RunDocument, version: int) -> RunDocument:
+    async def _drive(self, doc: RunDocument, version: int, hold: Hold) -> RunDocument:
+        fence = hold.lease
         try:
             if expired := core.expire_approvals(doc, self.clock()):
-                version = await self._commit(doc, version, expired)
+                version = await self._commit(doc, version, expired, fence)
             while True:
                 action = core.next_action(doc, self.agent.limits)
-                if isinstance(action, core.Idle):
+                if isinstance(action, core.Idle) or (self.pause is not None and self.pause()):
                     return doc
-                events = await self._step(doc, action)
-                version = await self._commit(doc, version, events)
+                events = await self._step(doc, action, fence)
+                version = await self._commit(doc, version, events, fence)
         except _CancelledElsewhere as stop:
             return stop.stored
         except asyncio.CancelledError:
-            await asyncio.shield(self._cancel_quietly(doc.id))
+            # a worker's drive stopped (its shutdown, its lease lost) leaves the run to be
+            # resumed; so does a lost lease; any other cancellation cancels the run
+            if not hold.given and hold.lost is None:
+                await asyncio.shield(self._cancel_quietly(doc.id, fence))
             raise
         except (StoreError, ConflictError, OSError, MemoryError):
             raise  # the store or the machine: the run stays as committed, to be resumed
         except Exception as exc:  # anything else would leave the run 'running' forever
-            return await self._fail_stored(doc.id, exc)
+            return await self._fail_stored(doc.id, exc, fence)
 
-    async def _fail_stored(self, run_id: str, exc: Exception) -> RunDocument:
+    async def _fail_stored(self, run_id: str, exc: Exception, fence: Lease | None) -> RunDocument:
         """Fail the run as it was last committed (the document in hand may hold what could
         not be stored) with what went wrong."""
         why = sanitize(redact(f"{type(exc).__name__}: {exc}"), max_chars=2000)
         message = f"internal error: {why}"
-        return await self._update(run_id, lambda d: core.fail(d, message, self.clock()))
+        return await self._update(
+            run_id, lambda d: core.fail(d, message, self.clock()), lease=fence
+        )
 
-    async def _cancel_quietly(self, run_id: str) -> None:
+    async def _cancel_quietly(self, run_id: str, fence: Lease | None) -> None:
         with contextlib.suppress(Exception):  # already finished or gone: nothing to cancel
-            await self.cancel(run_id, "cancelled while running")
+            await update_run(
+                self.store,
+                run_id,
+                lambda d: core.cancel(d, self.clock(), "cancelled while running"),
+                on_commit=self.on_commit,
+                lease=fence,
+            )
 
-    async def _step(self, doc: RunDocument, action: core.Action) -> list[Event]:
+    async def _step(
+        self, doc: RunDocument, action: core.Action, fence: Lease | None
+    ) -> list[Event]:
         if isinstance(action, core.Halt):
             return core.halt(doc, action, self.clock())
         if isinstance(action, core.CallModel):
             return await self._model_turn(doc)
-        ctx = self._ctx(doc)
+        ctx = self._ctx(doc, fence)
         if isinstance(action, core.PlanTools):
             planned = [plan_call(c, self.agent.tools, self.executor, ctx) for c in action.calls]
             results = await self._watch(doc.id, self._run_planned(planned, ctx))
@@ -473,15 +622,22 @@ class Runner:
         if self.watch_interval is None:
             return await work
         task = asyncio.ensure_future(work)
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=self.watch_interval)
-            if done:
-                return task.result()
-            stored = await self.store.load(run_id)
-            if stored.document.status in core.TERMINAL:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                raise _CancelledElsewhere(stored.document)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.watch_interval)
+                if done:
+                    return task.result()
+                stored = await self.store.load(run_id)
+                if stored.document.status in core.TERMINAL:
+                    task.cancel()
+                    [outcome] = await asyncio.gather(task, return_exceptions=True)
+                    if isinstance(outcome, LeaseLost):  # ended by the run's next holder
+                        raise outcome
+                    raise _CancelledElsewhere(stored.document)
+        except asyncio.CancelledError:  # the work stops with its watcher, and says so first
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
 
 
 async def update_run(
@@ -491,10 +647,12 @@ async def update_run(
     *,
     on_commit: EventHook | None = None,
     loaded: StoredRun | None = None,
+    lease: Lease | None = None,
 ) -> RunDocument:
     """Read, change and save a run; when another writer got there first, read it again and
     apply the change to what it wrote (which may now refuse it). Nothing is lost.
-    ``loaded``, a copy the caller has just read and not changed, saves the first read."""
+    ``loaded``, a copy the caller has just read and not changed, saves the first read;
+    ``lease``, the lease of the caller's drive, fences the save (LeaseLost)."""
     for _ in range(8):
         stored = loaded if loaded is not None else await store.load(run_id)
         loaded = None
@@ -504,7 +662,9 @@ async def update_run(
         if not events:  # nothing changed: nothing to write
             return doc
         try:
-            await store.save(doc, stored.version, events)
+            await store.save(doc, stored.version, events, lease=lease)
+        except LeaseLost:
+            raise
         except ConflictError:
             continue
         if on_commit is not None:

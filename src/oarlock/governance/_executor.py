@@ -4,8 +4,9 @@ For every call it builds a tool-invocation-v1 record and, in this order:
 
 1. looks for the call's idempotency claim: a key that is held already is never run again
    (same arguments: the prior receipt is returned, identical; other arguments: refused;
-   still running elsewhere: wait, bounded; cut off by a crash: Uncertain for a
-   side-effecting tool, a new attempt for a ``read`` or ``sandbox`` one);
+   still running elsewhere: wait, bounded; cut off by a crash, or taken under a lease
+   epoch its run has left: Uncertain for a side-effecting tool, a new attempt for a
+   ``read`` or ``sandbox`` one);
 2. asks the policy (an error in the policy denies);
 3. for ``shared-write`` and above, or when the policy asks for one, finds the approval of
    this very call in its own store (never a caller's word) and checks that it covers this
@@ -18,7 +19,11 @@ For every call it builds a tool-invocation-v1 record and, in this order:
    cancellation, a failed receipt write) is Uncertain and never run again automatically;
 6. hands the model the sanitized, fenced result, or an error result saying what happened.
 
-Every record goes to the hash-chained ledger with the transaction that stores it. The
+Every record goes to the hash-chained ledger with the transaction that stores it. A call
+made under a worker's lease (``CallContext.fence``) passes it to every write, so that once
+the run's lease has passed to another, nothing more of the call is stored: the store raises
+:class:`~oarlock.errors.LeaseLost`, which the executor lets through, never turning it into
+a result. The
 records are built here, from values already checked (tool arguments against the tool's
 schema, and canonical; scope and ids by their types), so they are valid by construction and
 not validated again on each call: ``oarlock.testing.ValidatingGovernanceStore`` validates
@@ -44,11 +49,12 @@ from oarlock.errors import (
     ConfigError,
     ConflictError,
     DecisionRefused,
+    LeaseLost,
     NotFound,
     OarlockError,
     OutcomeUnknown,
 )
-from oarlock.formats._jcs import canonicalize, digest, digest_bytes, portable_problem
+from oarlock.formats._jcs import canonicalize, digest, digest_bytes
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
 from oarlock.formats._time import is_before, now_rfc3339, shift_rfc3339
@@ -64,28 +70,31 @@ from oarlock.governance._records import Approval, Claim, run_uuid, step_uuid
 from oarlock.governance._sandboxed import SandboxPlan, SandboxRefused, plan_sandbox
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
+from oarlock.governance._verdict import checked_verdict, is_text
 from oarlock.tools._tool import Tool, ToolEffect, ToolOutput, result_text
 
 if TYPE_CHECKING:
     from oarlock.sandbox._runner import SandboxRunner
+    from oarlock.store._queue import Lease
 
 __all__ = ["NO_APPROVAL", "CallContext", "GovernedExecutor", "Review", "json_arguments"]
 
 _SAFE = frozenset({"read", "sandbox"})
-_MAX_TTL = 10 * 366 * 86400  # an approval deadline beyond ten years is not one
 NO_APPROVAL = "00000000-0000-0000-0000-000000000000"
 """The approval id a refused ``shared-write``-or-above invocation carries: none was used."""
 
 
 @dataclass(frozen=True, slots=True)
 class CallContext:
-    """Where a call is made: the run (its document id), agent, scope and turn."""
+    """Where a call is made: the run (its document id), agent, scope and turn; ``fence``
+    is the lease the run is driven under, which fences every write of the call."""
 
     run_id: str
     agent: str
     scope: Mapping[str, Any]
     turn: int
     replay_of: str | None = None  # a replay's original run: side effects are not repeated
+    fence: Lease | None = None
 
     @property
     def tenant(self) -> str:
@@ -142,7 +151,7 @@ class GovernedExecutor:
         self.approvers = approvers if approvers is not None else in_process_approvers()
         for attr in ("policy_id", "version"):
             value = getattr(self.policy, attr, None)
-            if not (_text(value) and value):
+            if not (is_text(value) and value):
                 raise ConfigError(f"the policy engine's {attr} must be non-empty text")
         self.duplicate_wait, self.lease_seconds = duplicate_wait, lease_seconds
         self.max_result_chars = max_result_chars
@@ -200,7 +209,7 @@ class GovernedExecutor:
                 arguments=arguments,
                 tool_requires_approval=tool.requires_approval(arguments),
             )
-            return _checked_verdict(self.policy.evaluate(request))
+            return checked_verdict(self.policy.evaluate(request))
         except Exception as exc:  # fail closed
             why = sanitize(f"{type(exc).__name__}: {exc}", max_chars=2000)
             return PolicyVerdict("deny", None, (f"policy evaluation failed: {why}",))
@@ -256,8 +265,15 @@ class GovernedExecutor:
             c.invocation["sandbox"] = c.sandbox.invocation_member()
         try:
             held = await self.store.begin(
-                c.invocation, self._claim(c), approval_id=approval_id, grant=grant, at=c.now
+                c.invocation,
+                self._claim(c),
+                approval_id=approval_id,
+                grant=grant,
+                at=c.now,
+                fence=ctx.fence,
             )
+        except LeaseLost:
+            raise
         except ConflictError as exc:
             return await self._raced(c, _Refused(exc.code, str(exc)))
         if held is not None:
@@ -330,6 +346,8 @@ class GovernedExecutor:
             owner=process_owner(),
             claimed_at=c.now,
             lease_until=time.time() + lease,
+            run_id=c.ctx.run_id,
+            epoch=None if c.ctx.fence is None else c.ctx.fence.epoch,
         )
 
     async def _authorize(
@@ -406,7 +424,7 @@ class GovernedExecutor:
                 ),
             )
         deadline = time.monotonic() + self.duplicate_wait
-        while held.receipt is None and not _stale(held.claim):
+        while held.receipt is None and not _stale(held):
             if time.monotonic() >= deadline:
                 return await self._deny(
                     c,
@@ -423,13 +441,15 @@ class GovernedExecutor:
         return await self._recover(c, held.claim)
 
     async def _recover(self, c: _Call, claim: Claim) -> ToolResultPart:
-        """A claim whose owner died before its receipt: a safe call runs again as a new
-        attempt; a side-effecting one is Uncertain, never re-run."""
+        """A claim whose owner died before its receipt (or whose run's lease has moved on
+        since it was taken): a safe call runs again as a new attempt; a side-effecting one
+        is Uncertain, never re-run."""
         prior, _ = await self.store.load(claim.invocation_id)
+        fence = c.ctx.fence
         if c.tool.side_effect in _SAFE:
             attempt = {**prior, "invocationId": str(uuid.uuid4()), "attemptId": str(uuid.uuid4())}
             retry = _Call(c.tool, c.call, c.ctx, c.arguments, attempt, c.now, c.bytes_in)
-            if await self.store.take_over(claim, self._claim(retry), attempt, c.now):
+            if await self.store.take_over(claim, self._claim(retry), attempt, c.now, fence=fence):
                 return await self._run(retry)
         else:
             receipt = self._receipt(
@@ -442,8 +462,12 @@ class GovernedExecutor:
                     "the process running this call stopped before its receipt was written",
                 ),
             )
-            with contextlib.suppress(ConflictError):  # another process recorded it first
-                await self.store.finish(receipt, result=None, at=c.now)
+            try:
+                await self.store.finish(receipt, result=None, at=c.now, fence=fence)
+            except LeaseLost:
+                raise
+            except ConflictError:  # another process recorded it first
+                pass
         held = await self.store.claim_of(claim.tenant_id, claim.tool_id, claim.idempotency_key)
         if held is None or held.receipt is None:
             return _error(c.call, f"Tool {c.tool.name!r}: its earlier attempt is unresolved.")
@@ -546,7 +570,11 @@ class GovernedExecutor:
             sandbox=out.sandbox,
         )
         try:
-            await self.store.finish(receipt, result=raw, at=receipt["finishedAt"])
+            await self.store.finish(
+                receipt, result=raw, at=receipt["finishedAt"], fence=c.ctx.fence
+            )
+        except LeaseLost:  # the run is another's now: it records the outcome as Uncertain
+            raise
         except Exception as exc:  # the outcome happened but is not on record
             return await self._unrecorded(c, out.started, exc)
         if out.text is not None:
@@ -567,7 +595,9 @@ class GovernedExecutor:
             error=("receipt_failed", why),
         )
         with contextlib.suppress(Exception):  # else the open claim stays: recovery records it
-            await self.store.finish(receipt, result=None, at=receipt["finishedAt"])
+            await self.store.finish(
+                receipt, result=None, at=receipt["finishedAt"], fence=c.ctx.fence
+            )
         return _error(c.call, _uncertain_text(c.tool, receipt))
 
     def _receipt(
@@ -621,7 +651,7 @@ class GovernedExecutor:
             started=c.now,
             error=(refusal.code, refusal.message),
         )
-        await self.store.refuse(invocation, receipt, c.now)
+        await self.store.refuse(invocation, receipt, c.now, fence=c.ctx.fence)
         return _error(
             c.call, f"Tool {c.call.name!r} was not run: {refusal.message} ({refusal.code})."
         )
@@ -698,40 +728,13 @@ def _check_approval(approval: Approval, used_by: str | None, c: _Call) -> None:
         raise _Refused("approval_used", f"the approval was used by invocation {used_by}")
 
 
-_EFFECTS = frozenset({"allow", "deny", "require_approval"})
-
-
-def _text(value: object) -> bool:
-    return isinstance(value, str) and portable_problem(value) is None
-
-
-def _checked_verdict(verdict: object) -> PolicyVerdict:
-    """``verdict`` if it is a well-formed :class:`PolicyVerdict`; else TypeError or ValueError."""
-    if not isinstance(verdict, PolicyVerdict):
-        raise TypeError(f"the policy returned a {type(verdict).__name__}, not a PolicyVerdict")
-    if not isinstance(verdict.effect, str) or verdict.effect not in _EFFECTS:
-        raise ValueError(
-            f"the policy returned the unknown effect {verdict.effect!r} "
-            "(allow, deny or require_approval)"
-        )
-    if verdict.rule_id is not None and not (_text(verdict.rule_id) and verdict.rule_id):
-        raise ValueError("the policy returned a rule id that is not non-empty text")
-    if not isinstance(verdict.reasons, tuple | list) or not all(
-        _text(r) for r in verdict.reasons
-    ):
-        raise ValueError("the policy returned reasons that are not a list of text")
-    ttl = verdict.approval_ttl_seconds
-    if ttl is not None and (
-        isinstance(ttl, bool)
-        or not isinstance(ttl, int | float)
-        or not math.isfinite(ttl)
-        or not 0 < ttl <= _MAX_TTL
-    ):
-        raise ValueError(f"the policy returned an approval deadline of {ttl!r} seconds")
-    return verdict
-
-
-def _stale(claim: Claim) -> bool:
+def _stale(held: ClaimHeld) -> bool:
+    """Whether a claim without a receipt will never get one from its holder: its run's
+    lease epoch has moved on since the claim was taken (whatever its process is doing),
+    its process is gone, or its lease passed while its process cannot be checked."""
+    claim = held.claim
+    if claim.epoch is not None and held.run_epoch is not None and held.run_epoch != claim.epoch:
+        return True
     alive = owner_alive(claim.owner)
     if alive is False:
         return True

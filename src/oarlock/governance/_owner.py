@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 
-__all__ = ["owner_alive", "process_owner"]
+__all__ = ["holder_dead", "owner_alive", "process_owner"]
 
 
 def _start_time(pid: int | str) -> str | None:
@@ -42,3 +42,13 @@ def owner_alive(owner: str) -> bool | None:
         return None
     started = _start_time(parts[1])
     return started is not None and started == parts[2]
+
+
+def holder_dead(holder: str) -> bool:
+    """Whether a lease holder (``proc:HOST:PID`` or ``worker:HOST:PID:...``) is a process
+    of this host that no longer runs. False when that cannot be told (another host, a pid
+    that runs, whatever process it is now): its lease then runs to its deadline."""
+    parts = holder.split(":")
+    if len(parts) < 3 or parts[1] != socket.gethostname() or not parts[2].isdigit():
+        return False
+    return int(parts[2]) != os.getpid() and _start_time(parts[2]) is None

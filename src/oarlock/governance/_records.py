@@ -220,7 +220,10 @@ def check_supersedes(new: Reconciliation, latest: Reconciliation | None) -> None
 @dataclass(frozen=True, slots=True)
 class Claim:
     """Who holds an idempotency key. ``owner`` names the process (host, pid and start
-    time); ``lease_until`` (seconds since the epoch) bounds how long it may hold it."""
+    time); ``lease_until`` (seconds since the epoch) bounds how long it may hold it.
+    ``run_id`` is the run document's id the call belongs to, and ``epoch`` the run's lease
+    epoch the claim was taken under (None when the run was driven without a lease): once
+    the run's epoch has moved on, the claim is stale whatever its process is doing."""
 
     tenant_id: str
     tool_id: str
@@ -230,6 +233,8 @@ class Claim:
     owner: str
     claimed_at: str
     lease_until: float
+    run_id: str | None = None
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

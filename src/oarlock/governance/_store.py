@@ -3,7 +3,11 @@ reconciliations, result artifacts and the hash-chained ledger.
 
 Every method that changes state is one transaction, durable when it returns, and appends
 what it stores to the ledger in that same transaction, so the ledger and the records can
-never disagree after a crash. :class:`MemoryGovernanceStore` is the fake shipped for
+never disagree after a crash. The writes of a call (``begin``, ``take_over``, ``finish``,
+``refuse``) take a ``fence``: the lease of the worker driving the run. With one, the run
+``fence.run_id`` (the run document's id) must still have lease epoch ``fence.epoch``,
+checked in the same transaction, else :class:`~oarlock.errors.LeaseLost` and nothing is
+written. :class:`MemoryGovernanceStore` is the fake shipped for
 tests; the SQLite store keeps the same records in the run database.
 """
 
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from oarlock.errors import ConflictError, NotFound
 from oarlock.formats._jcs import canonicalize, digest_bytes, loads_jcs
@@ -29,7 +33,10 @@ from oarlock.governance._records import (
     check_supersedes,
 )
 
-__all__ = ["ClaimHeld", "GovernanceStore", "MemoryGovernanceStore", "artifact_ref"]
+if TYPE_CHECKING:
+    from oarlock.store._queue import Lease
+
+__all__ = ["ClaimHeld", "GovernanceStore", "MemoryGovernanceStore", "RunEpochs", "artifact_ref"]
 
 
 def artifact_ref(data: bytes) -> str:
@@ -39,10 +46,13 @@ def artifact_ref(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ClaimHeld:
-    """The key is already claimed: by ``claim``, with ``receipt`` once it has one."""
+    """The key is already claimed: by ``claim``, with ``receipt`` once it has one.
+    ``run_epoch`` is the current lease epoch of the claim's run (None when the claim names
+    no run or the store has no such run)."""
 
     claim: Claim
     receipt: dict[str, Any] | None
+    run_epoch: int | None = None
 
 
 @runtime_checkable
@@ -65,6 +75,7 @@ class GovernanceStore(Protocol):
         approval_id: str | None,
         grant: Approval | None,
         at: str,
+        fence: Lease | None = None,
     ) -> ClaimHeld | None:
         """In one transaction: take ``claim`` (a unique insert on tenant, tool and key),
         store ``grant`` (a standing approval from policy) if given, mark the approval used
@@ -74,22 +85,44 @@ class GovernanceStore(Protocol):
         ...
 
     async def take_over(
-        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+        self,
+        stale: Claim,
+        claim: Claim,
+        invocation: dict[str, Any],
+        at: str,
+        *,
+        fence: Lease | None = None,
     ) -> bool:
         """Replace a stale claim that has no receipt with ``claim`` and store the new
         invocation; False (nothing written) if the claim changed meanwhile."""
         ...
 
-    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+    async def finish(
+        self,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> None:
         """Store the result artifact and the receipt and append the receipt to the ledger.
         A second receipt for one invocation raises ConflictError (``receipt_exists``)."""
         ...
 
-    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+    async def refuse(
+        self,
+        invocation: dict[str, Any],
+        receipt: dict[str, Any],
+        at: str,
+        *,
+        fence: Lease | None = None,
+    ) -> None:
         """An invocation that never ran, with its Denied receipt, in one transaction."""
         ...
 
-    async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None: ...
+    async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
+        """Who holds the key, with its receipt and its run's current lease epoch."""
+        ...
 
     async def load(self, invocation_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """An invocation and its receipt (None while it has none). Raises NotFound."""
@@ -127,11 +160,27 @@ class GovernanceStore(Protocol):
     async def checkpoints(self) -> list[Checkpoint]: ...
 
 
-class MemoryGovernanceStore:
-    """The governance store in memory, safe to share between threads."""
+class RunEpochs(Protocol):
+    """The runs beside a memory governance store: their lock, shared so that a fence is
+    checked and a record written in one step, and each run's lease epoch."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    def epoch_of(self, run_id: str) -> int | None:
+        """The run's lease epoch (None: no such run); called with ``lock`` held."""
+        ...
+
+
+class MemoryGovernanceStore:
+    """The governance store in memory, safe to share between threads. ``runs`` (the
+    memory run store's, when it makes this store) lets fenced writes check the run's lease
+    epoch; without it, every fenced write is refused (``LeaseLost``): there is no run whose
+    lease could be checked."""
+
+    def __init__(self, *, runs: RunEpochs | None = None) -> None:
+        self._runs = runs
+        self._lock = runs.lock if runs is not None else threading.RLock()
         self._entries: list[tuple[int, str, str, bytes, str, str]] = []
         self._claims: dict[tuple[str, str, str], Claim] = {}
         self._invocations: dict[str, dict[str, Any]] = {}
@@ -142,6 +191,21 @@ class MemoryGovernanceStore:
         self._reconciliations: dict[str, list[Reconciliation]] = {}
         self._artifacts: dict[str, bytes] = {}
         self._checkpoints: list[Checkpoint] = []
+
+    def _epoch(self, run_id: str | None) -> int | None:
+        return None if run_id is None or self._runs is None else self._runs.epoch_of(run_id)
+
+    def _fenced(self, fence: Lease | None) -> None:
+        """Refuse a write whose lease the run has left; call with the lock held."""
+        if fence is not None:
+            from oarlock.store._leases import lease_lost
+
+            current = self._epoch(fence.run_id)
+            if current != fence.epoch:
+                raise lease_lost(fence, current)
+
+    def _held(self, claim: Claim) -> ClaimHeld:
+        return ClaimHeld(claim, self._receipts.get(claim.invocation_id), self._epoch(claim.run_id))
 
     def _append(self, kind: str, at: str, body: dict[str, Any]) -> None:
         seq, prev = (
@@ -179,12 +243,14 @@ class MemoryGovernanceStore:
         approval_id: str | None,
         grant: Approval | None,
         at: str,
+        fence: Lease | None = None,
     ) -> ClaimHeld | None:
         key = (claim.tenant_id, claim.tool_id, claim.idempotency_key)
         with self._lock:
+            self._fenced(fence)
             held = self._claims.get(key)
             if held is not None:
-                return ClaimHeld(held, self._receipts.get(held.invocation_id))
+                return self._held(held)
             if approval_id is not None and approval_id in self._used:
                 raise ConflictError(
                     f"approval {approval_id} was used already", code="approval_used"
@@ -203,10 +269,17 @@ class MemoryGovernanceStore:
             return None
 
     async def take_over(
-        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+        self,
+        stale: Claim,
+        claim: Claim,
+        invocation: dict[str, Any],
+        at: str,
+        *,
+        fence: Lease | None = None,
     ) -> bool:
         key = (claim.tenant_id, claim.tool_id, claim.idempotency_key)
         with self._lock:
+            self._fenced(fence)
             if self._claims.get(key) != stale or stale.invocation_id in self._receipts:
                 return False
             self._claims[key] = claim
@@ -214,8 +287,16 @@ class MemoryGovernanceStore:
             self._append("invocation", at, invocation)
             return True
 
-    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+    async def finish(
+        self,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> None:
         with self._lock:
+            self._fenced(fence)
             self._finish(receipt, result, at)
 
     def _finish(self, receipt: dict[str, Any], result: bytes | None, at: str) -> None:
@@ -233,8 +314,16 @@ class MemoryGovernanceStore:
         self._order.append(invocation_id)
         self._append("receipt", at, receipt)
 
-    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+    async def refuse(
+        self,
+        invocation: dict[str, Any],
+        receipt: dict[str, Any],
+        at: str,
+        *,
+        fence: Lease | None = None,
+    ) -> None:
         with self._lock:  # one step: the invocation and its receipt, or neither
+            self._fenced(fence)
             if receipt["invocationId"] in self._receipts:
                 raise ConflictError("the invocation has a receipt already", code="receipt_exists")
             self._invocations[invocation["invocationId"]] = invocation
@@ -244,9 +333,7 @@ class MemoryGovernanceStore:
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         with self._lock:
             held = self._claims.get((tenant_id, tool_id, key))
-            if held is None:
-                return None
-            return ClaimHeld(held, self._receipts.get(held.invocation_id))
+            return None if held is None else self._held(held)
 
     async def load(self, invocation_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
         with self._lock:

@@ -17,6 +17,7 @@ from oarlock.errors import StoreError
 if TYPE_CHECKING:  # annotations only: the read-only CLI commands load no pydantic
     from oarlock.formats._models import RunDocument
     from oarlock.governance._store import GovernanceStore
+    from oarlock.store._queue import Lease
 
 __all__ = ["EVENT_KINDS", "Event", "RunStore", "RunSummary", "StoredRun", "event_rows"]
 
@@ -66,6 +67,9 @@ class StoredRun:
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
+    """A run as ``list_runs`` gives it; ``holder`` and ``lease_until`` (seconds since the
+    epoch) name the live lease on it, if any."""
+
     id: str
     agent: str
     status: str
@@ -73,6 +77,9 @@ class RunSummary:
     turns: int
     created_at: str
     updated_at: str
+    tenant: str = "default"
+    holder: str | None = None
+    lease_until: float | None = None
 
 
 @runtime_checkable
@@ -80,19 +87,35 @@ class RunStore(Protocol):
     """Where runs live. Implementations: memory (``oarlock.testing``), SQLite, PostgreSQL."""
 
     async def create(
-        self, document: RunDocument, events: list[Event], *, agent_ref: str | None = None
+        self,
+        document: RunDocument,
+        events: list[Event],
+        *,
+        agent_ref: str | None = None,
+        tenant: str = "default",
+        queue: str = "default",
     ) -> int:
-        """Store a new run at version 1. Raises ConflictError if the id exists."""
+        """Store a new run at version 1, of ``tenant``, in ``queue`` (runnable at once if
+        its status is ``running``). Raises ConflictError if the id exists."""
         ...
 
     async def load(self, run_id: str) -> StoredRun:
         """The run's current document and version. Raises NotFound."""
         ...
 
-    async def save(self, document: RunDocument, expected_version: int, events: list[Event]) -> int:
+    async def save(
+        self,
+        document: RunDocument,
+        expected_version: int,
+        events: list[Event],
+        *,
+        lease: Lease | None = None,
+    ) -> int:
         """Replace the document and append ``events`` in one transaction, if the stored
         version is ``expected_version``; returns the new version. Raises ConflictError
-        (nothing changed) or NotFound."""
+        (nothing changed) or NotFound. With a ``lease``, the write is fenced: the run's
+        lease epoch and owner must still be the lease's, checked in the same transaction,
+        else :class:`~oarlock.errors.LeaseLost` and nothing is written."""
         ...
 
     async def events(self, run_id: str) -> list[Event]:
@@ -105,8 +128,9 @@ class RunStore(Protocol):
         status: str | None = None,
         tags: dict[str, str] | None = None,
         limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunSummary]:
-        """Runs, newest first, filtered by status and by every given tag."""
+        """Runs, newest first, filtered by status, by every given tag and by tenant."""
         ...
 
     def governance(self) -> GovernanceStore:

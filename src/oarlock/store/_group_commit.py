@@ -1,6 +1,10 @@
 """Group commit: writes that reach an SQLite store in the same turn of the event loop share
 one transaction, and so one flush of the disk.
 
+A write that need not wait for the disk (a lease's claim, renewal or release) says so
+(``flush=False``); a batch of such writes alone commits without a flush, and one that
+holds any other write is flushed.
+
 A flush (``synchronous=FULL``) costs about 0.25 ms to several ms on the virtual disks this
 runs on, and the store's methods run on the event loop; without grouping, a thousand runs
 in one process commit one after another, each waiting for its own flush. Each write still
@@ -16,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from oarlock.errors import ConflictError, NotFound
 
@@ -25,7 +29,8 @@ if TYPE_CHECKING:  # asyncio loads with the first write: commands that only read
 
 __all__ = ["GroupCommit", "Write"]
 
-Write = Callable[[sqlite3.Connection], int]
+T = TypeVar("T")
+Write = Callable[[sqlite3.Connection], Any]
 """One write: runs inside the shared transaction; returns the caller's result, or raises
 ConflictError or NotFound to refuse (its own changes are then rolled back)."""
 
@@ -41,15 +46,18 @@ class GroupCommit:
 
     def __init__(self, store: _Store) -> None:
         self._store = store
-        self._queue: list[tuple[Write, asyncio.Future[int]]] = []
+        self._queue: list[tuple[Write, asyncio.Future[Any]]] = []
+        self._flush = False  # whether the waiting batch must be flushed
 
-    async def submit(self, write: Write) -> int:
-        """Run ``write`` in the next shared transaction; its result once that is committed."""
+    async def submit(self, write: Callable[[sqlite3.Connection], T], *, flush: bool = True) -> T:
+        """Run ``write`` in the next shared transaction; its result once that is committed
+        (flushed to the disk, unless no write of the batch needed it)."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[int] = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
         self._queue.append((write, future))
+        self._flush = self._flush or flush
         if len(self._queue) == 1:
             loop.call_soon(self.flush)
         return await future
@@ -57,10 +65,11 @@ class GroupCommit:
     def flush(self) -> None:
         """Commit what is waiting, now (the event loop calls this; so does ``close``)."""
         batch, self._queue = self._queue, []
+        flush, self._flush = self._flush, False
         if not batch:
             return
         try:
-            outcomes = self._commit([write for write, _ in batch])
+            outcomes = self._commit([write for write, _ in batch], flush)
         except BaseException as exc:  # nothing of the batch is stored
             for _, future in batch:
                 if not future.done():
@@ -76,13 +85,13 @@ class GroupCommit:
             else:
                 future.set_result(outcome)
 
-    def _commit(self, writes: list[Write]) -> list[int | Exception]:
+    def _commit(self, writes: list[Write], flush: bool) -> list[Any]:
         conn = self._store.db()
         if len(writes) == 1:  # no savepoint needed: a refusal rolls back the transaction
-            with self._store.transaction("saving a run"):
+            with self._store.transaction("saving a run", flush=flush):
                 return [writes[0](conn)]
-        outcomes: list[int | Exception] = []
-        with self._store.transaction(f"saving {len(writes)} runs"):
+        outcomes: list[Any] = []
+        with self._store.transaction(f"saving {len(writes)} runs", flush=flush):
             for write in writes:
                 conn.execute("SAVEPOINT oarlock_write")
                 try:

@@ -24,8 +24,18 @@ one).
 Writes without a lease (a decision, a cancellation, a single-process ``Runner`` without a
 queue) are not fenced: the version check of ``save`` orders them with the holder's.
 
-Fairness: a claim takes runs round-robin across tenants (each tenant's runs in the order
-they became runnable), so one tenant with many queued runs does not starve another.
+Fairness: a claim takes runs round-robin across tenants, so one tenant with many queued
+runs does not starve another. Each tenant's runnable runs are taken in the order they
+became runnable (then in the order they were created). Tenants take turns: the tenant
+served longest ago (whose latest claim of any of its runs is oldest; never served comes
+first) gives its first run, then the next tenant its first, and so on; a claim of more runs
+than there are tenants goes round again (each tenant's second run, in the same order). So
+a tenant with 10,000 queued runs and another with one, each served once, alternate.
+
+Optional: :class:`Sweeping` lets one worker at a time deny the approvals whose deadline
+passed without a resume, reading only the runs concerned. A store without it is still a
+``RunQueue``; workers then take the live worker with the smallest id as the one that
+sweeps, and look through the newest waiting runs.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Lease", "RunQueue", "WorkerInfo"]
+__all__ = ["Lease", "RunQueue", "Sweeping", "WorkerInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,4 +125,22 @@ class RunQueue(Protocol):
         the transaction that made a run runnable; in one process: the write itself), or
         after ``timeout`` seconds. A hint only: a worker claims after it either way, so a
         lost notification delays work by one poll interval at most."""
+        ...
+
+
+@runtime_checkable
+class Sweeping(Protocol):
+    """What the approval sweep of workers uses, where a store offers it (memory, SQLite)."""
+
+    async def lead(self, role: str, owner: str, *, ttl_seconds: float) -> bool:
+        """Hold the leader row of ``role`` for ``ttl_seconds`` from now: True when
+        ``owner`` holds it (it was free, expired, or already ``owner``'s), else False. An
+        expired row is taken over only once it has been expired for a tenth of
+        ``ttl_seconds`` more (a margin for clocks that disagree)."""
+        ...
+
+    async def lapsed_approvals(self, *, now: float, limit: int) -> list[str]:
+        """Ids of runs waiting for approval whose earliest undecided approval's
+        ``expiresAt`` is at or before ``now`` (seconds since the epoch), oldest deadline
+        first."""
         ...

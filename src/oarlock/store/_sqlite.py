@@ -10,6 +10,14 @@ processes wait (``busy_timeout``) instead of failing, and ``save`` is a compare-
 the run's version. ``create`` and ``save`` calls made in the same turn of the event loop
 share one transaction and one flush (``_group_commit``): each returns once it is committed.
 
+The store is a run queue too (``_sqlite_queue``): its lease operations (claims, renewals,
+releases), workers' heartbeats and leader rows commit without waiting for the disk
+(``synchronous=NORMAL``, unless a save shares their transaction): a lease lost in a power
+cut only expires, and the run is claimed again; nothing was done under a claim the disk
+lost, since its holder's first fenced save is flushed and a side-effecting call's claim is
+flushed before the tool starts. A fenced ``save`` (``lease=``) is the same statement with
+the lease's epoch and owner in its condition.
+
 The document of a run at rest (any status but ``running``) is stored compressed: a zlib
 stream (RFC 1950, whose Adler-32 makes a damaged stream fail to decompress rather than
 yield other bytes). Every tool result repeats the same fence and every message the same
@@ -45,11 +53,14 @@ from typing import TYPE_CHECKING, Any, Self
 from oarlock.errors import ConflictError, FormatError, IntegrityError, NotFound, StoreError
 from oarlock.formats._runcheck import conforming_run
 from oarlock.store._group_commit import GroupCommit
+from oarlock.store._leases import Wakeups
+from oarlock.store._sqlite_queue import SQLiteQueue
 
 if TYPE_CHECKING:  # pydantic and the store's dataclasses load on first use, not on import:
     # the read-only CLI commands (read_document, read_events, read_runs) need neither
     from oarlock.formats._models import RunDocument
     from oarlock.store._base import Event, RunSummary, StoredRun
+    from oarlock.store._queue import Lease
     from oarlock.store._sqlite_governance import SQLiteGovernanceStore
 
 __all__ = ["SQLiteStore", "default_db_path", "named_queries", "schema_version"]
@@ -209,6 +220,11 @@ def _columns(document: RunDocument) -> dict[str, Any]:
         import zlib
 
         data = zlib.compress(data, _ZLIB_LEVEL, _ZLIB_WBITS)
+    due = None
+    if document.status == "waiting_approval":
+        from oarlock.store._leases import approval_due
+
+        due = approval_due(document)
     return {
         "id": document.id,
         "agent": document.agent,
@@ -217,6 +233,7 @@ def _columns(document: RunDocument) -> dict[str, Any]:
         "tags": _compact(document.tags or {}),
         "created_at": document.created_at,
         "updated_at": document.updated_at,
+        "approval_due": due,
         "document": data,
     }
 
@@ -263,10 +280,29 @@ def _summary(row: sqlite3.Row) -> dict[str, Any]:
         "turns": row["turns"],
         "created_at": row["created_at"],
         "updated_at": row["updated_at"],
+        "tenant": row["tenant"],
+        "holder": row["holder"],
+        "lease_until": row["lease_until"],
     }
 
 
-class SQLiteStore:
+def _backfill_due(conn: sqlite3.Connection) -> None:
+    """Give the waiting runs of a file migrated to version 4 their ``approval_due``."""
+    from oarlock.store._leases import approval_due_json
+
+    rows = conn.execute("SELECT num, document FROM runs WHERE status = 'waiting_approval'")
+    for num, stored in rows.fetchall():
+        try:
+            raw = _unpack(str(num), stored)
+            document = json.loads(raw) if isinstance(raw, str | bytes) else None
+        except (IntegrityError, TypeError, ValueError):
+            continue  # a corrupt document is reported when it is read
+        due = approval_due_json(document) if isinstance(document, dict) else None
+        if due is not None:
+            conn.execute("UPDATE runs SET approval_due = ? WHERE num = ?", (due, num))
+
+
+class SQLiteStore(SQLiteQueue):
     """A :class:`~oarlock.store.RunStore` in the SQLite database at ``path``, created
     (0600, in folders made 0700) unless ``create=False``, which raises
     :class:`~oarlock.errors.NotFound` (code ``no_database``) when there is none."""
@@ -277,6 +313,7 @@ class SQLiteStore:
         self._governance: SQLiteGovernanceStore | None = None
         self._flushing = True  # synchronous = FULL (see _transaction)
         self._group = GroupCommit(self)
+        self._wakeups = Wakeups()
         try:
             conn = _connect(self.path, create=create)
         except sqlite3.Error as exc:
@@ -347,6 +384,8 @@ class SQLiteStore:
             for version, script in _migrations()[current:]:
                 for statement in _statements(script):
                     conn.execute(statement)
+                if version == 4:
+                    _backfill_due(conn)
                 conn.execute(f"PRAGMA user_version = {version:d}")
         if empty:  # a new file: give back the pages of the tables that 0003 rebuilt
             conn.execute("VACUUM")
@@ -402,14 +441,21 @@ class SQLiteStore:
             raise _store_error(exc, doing) from exc
 
     async def create(
-        self, document: RunDocument, events: list[Event], *, agent_ref: str | None = None
+        self,
+        document: RunDocument,
+        events: list[Event],
+        *,
+        agent_ref: str | None = None,
+        tenant: str = "default",
+        queue: str = "default",
     ) -> int:
         run_id, q = document.id, named_queries()
         columns, rows = _columns(document), _event_rows(document.id, events)
+        params = {**columns, "agent_ref": agent_ref, "tenant": tenant, "queue": queue}
 
         def write(conn: sqlite3.Connection) -> int:
             try:
-                conn.execute(q["create_run"], {**columns, "agent_ref": agent_ref})
+                conn.execute(q["create_run"], {**params, "now": time.time()})
             except sqlite3.IntegrityError as exc:
                 if exc.sqlite_errorname == "SQLITE_CONSTRAINT_UNIQUE":  # runs.id
                     raise ConflictError(f"run {run_id} already exists") from None
@@ -417,7 +463,10 @@ class SQLiteStore:
             conn.executemany(q["append_event"], rows)
             return 1
 
-        return await self._group.submit(write)
+        version = await self._group.submit(write)
+        if document.status == "running":
+            self._wakeups.wake()
+        return version
 
     async def load(self, run_id: str) -> StoredRun:
         rows = self._query("load_run", {"id": run_id}, f"loading run {run_id}")
@@ -461,25 +510,50 @@ class SQLiteStore:
             raise IntegrityError(f"run {run_id}: stored document has id {document.id}")
         return document
 
-    async def save(self, document: RunDocument, expected_version: int, events: list[Event]) -> int:
+    async def save(
+        self,
+        document: RunDocument,
+        expected_version: int,
+        events: list[Event],
+        *,
+        lease: Lease | None = None,
+    ) -> int:
         run_id, q = document.id, named_queries()
         columns, rows = _columns(document), _event_rows(document.id, events)
+        params = {**columns, "expected_version": expected_version}
+        if lease is None:  # a decision or another writer: runnable from now, if free
+            query = q["save_run"]
+        else:
+            running = document.status == "running"
+            query = q["save_run_fenced" if running else "save_run_fenced_at_rest"]
+            params |= {"epoch": lease.epoch, "owner": lease.owner}
 
         def write(conn: sqlite3.Connection) -> int:
-            updated = conn.execute(q["save_run"], {**columns, "expected_version": expected_version})
-            if updated.rowcount != 1:
-                self._refuse_save(conn, run_id, expected_version)
+            if lease is None:
+                params["now"] = time.time()
+            if conn.execute(query, params).rowcount != 1:
+                self._refuse_save(conn, run_id, expected_version, lease)
             conn.executemany(q["append_event"], rows)
             return expected_version + 1
 
-        return await self._group.submit(write)
+        version = await self._group.submit(write)
+        if lease is None and document.status == "running":
+            self._wakeups.wake()
+        return version
 
     @staticmethod
-    def _refuse_save(conn: sqlite3.Connection, run_id: str, expected: int) -> None:
+    def _refuse_save(
+        conn: sqlite3.Connection, run_id: str, expected: int, lease: Lease | None
+    ) -> None:
         row = conn.execute(named_queries()["run_version"], {"id": run_id}).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id}")
-        raise ConflictError(f"run {run_id} changed: stored version {row[0]}, expected {expected}")
+        version, epoch, owner = row
+        if lease is not None and (epoch != lease.epoch or owner != lease.owner):
+            from oarlock.store._leases import lease_lost
+
+            raise lease_lost(lease, epoch)
+        raise ConflictError(f"run {run_id} changed: stored version {version}, expected {expected}")
 
     async def events(self, run_id: str) -> list[Event]:
         from oarlock.store._base import Event
@@ -509,10 +583,12 @@ class SQLiteStore:
         status: str | None = None,
         tags: dict[str, str] | None = None,
         limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunSummary]:
         from oarlock.store._base import RunSummary
 
-        return [RunSummary(**r) for r in self.read_runs(status=status, tags=tags, limit=limit)]
+        runs = self.read_runs(status=status, tags=tags, limit=limit, tenant=tenant)
+        return [RunSummary(**r) for r in runs]
 
     def read_runs(
         self,
@@ -520,10 +596,16 @@ class SQLiteStore:
         status: str | None = None,
         tags: dict[str, str] | None = None,
         limit: int = 100,
+        tenant: str | None = None,
     ) -> list[dict[str, Any]]:
         """:meth:`list_runs`, synchronously and as JSON: each run's :class:`RunSummary`
         members, in order (for commands that only read)."""
-        params: dict[str, Any] = {"status": status, "limit": max(limit, 0)}
+        params: dict[str, Any] = {
+            "status": status,
+            "limit": max(limit, 0),
+            "tenant": tenant,
+            "now": time.time(),
+        }
         if tags:
             name = "list_runs_by_tags"
             params |= {"tags": _compact(tags), "tag_count": len(tags)}

@@ -16,6 +16,10 @@ model. A power cut before
 that loses the receipt and the run's step together; the resumed run then finds a
 side-effecting call's durable claim without a receipt (Uncertain), or runs a read again.
 A killed process loses nothing: WAL commits survive it.
+
+A write fenced by a lease (``fence=``) first reads the run's lease epoch in its own
+transaction and raises LeaseLost, writing nothing, when the run has left it. A claim
+records its run and epoch; ``claim_of`` gives the run's current epoch beside it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from oarlock.governance._store import ClaimHeld, artifact_ref
 from oarlock.store._sqlite import _store_error, named_queries
 
 if TYPE_CHECKING:
+    from oarlock.store._queue import Lease
     from oarlock.store._sqlite import SQLiteStore
 
 __all__ = ["SQLiteGovernanceStore"]
@@ -75,6 +80,8 @@ def _claim(row: sqlite3.Row) -> Claim:
         owner=row["owner"],
         claimed_at=row["claimed_at"],
         lease_until=row["lease_until"],
+        run_id=row["run_id"],
+        epoch=row["epoch"],
     )
 
 
@@ -88,6 +95,8 @@ def _claim_params(claim: Claim) -> dict[str, Any]:
         "owner": claim.owner,
         "claimed_at": claim.claimed_at,
         "lease_until": claim.lease_until,
+        "run_id": claim.run_id,
+        "epoch": claim.epoch,
     }
 
 
@@ -99,6 +108,18 @@ class SQLiteGovernanceStore:
         self._runs = runs
 
     # -- helpers ------------------------------------------------------------------------
+    @staticmethod
+    def _fenced(conn: sqlite3.Connection, fence: Lease | None) -> None:
+        """Refuse a write whose lease the run has left; call inside the write transaction."""
+        if fence is None:
+            return
+        row = conn.execute(_q("run_epoch"), {"run_id": fence.run_id}).fetchone()
+        current = None if row is None else row[0]
+        if current != fence.epoch:
+            from oarlock.store._leases import lease_lost
+
+            raise lease_lost(fence, current)
+
     def _append(self, conn: sqlite3.Connection, kind: str, at: str, body: dict[str, Any]) -> int:
         """Append one entry after the current head; call inside a write transaction."""
         head = conn.execute(_q("ledger_head")).fetchone()
@@ -169,10 +190,12 @@ class SQLiteGovernanceStore:
         approval_id: str | None,
         grant: Approval | None,
         at: str,
+        fence: Lease | None = None,
     ) -> ClaimHeld | None:
         conn = self._runs.db()
         flush = invocation["sideEffectClass"] not in _SAFE
         with self._runs.transaction("claiming an idempotency key", flush=flush):
+            self._fenced(conn, fence)
             taken = conn.execute(_q("insert_claim"), _claim_params(claim)).rowcount == 1
             if not taken:
                 return self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
@@ -189,7 +212,13 @@ class SQLiteGovernanceStore:
         return None
 
     async def take_over(
-        self, stale: Claim, claim: Claim, invocation: dict[str, Any], at: str
+        self,
+        stale: Claim,
+        claim: Claim,
+        invocation: dict[str, Any],
+        at: str,
+        *,
+        fence: Lease | None = None,
     ) -> bool:
         conn = self._runs.db()
         params = _claim_params(claim) | {
@@ -197,14 +226,23 @@ class SQLiteGovernanceStore:
             "stale_owner": stale.owner,
         }
         with self._runs.transaction("taking over a stale claim", flush=False):
+            self._fenced(conn, fence)
             if conn.execute(_q("take_over"), params).rowcount != 1:
                 return False
             self._insert_invocation(conn, invocation, at)
         return True
 
-    async def finish(self, receipt: dict[str, Any], *, result: bytes | None, at: str) -> None:
+    async def finish(
+        self,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> None:
         conn = self._runs.db()
         with self._runs.transaction("writing a receipt", flush=False):
+            self._fenced(conn, fence)
             self._insert_receipt(conn, receipt, result, at)
 
     def _insert_receipt(
@@ -226,9 +264,17 @@ class SQLiteGovernanceStore:
         except sqlite3.IntegrityError:
             raise NotFound(f"no invocation {invocation_id}") from None
 
-    async def refuse(self, invocation: dict[str, Any], receipt: dict[str, Any], at: str) -> None:
+    async def refuse(
+        self,
+        invocation: dict[str, Any],
+        receipt: dict[str, Any],
+        at: str,
+        *,
+        fence: Lease | None = None,
+    ) -> None:
         conn = self._runs.db()
         with self._runs.transaction("recording a refused call", flush=False):
+            self._fenced(conn, fence)
             self._insert_invocation(conn, invocation, at)
             self._insert_receipt(conn, receipt, None, at)
 
@@ -276,7 +322,7 @@ class SQLiteGovernanceStore:
         if row is None:
             return None
         receipt = None if row["receipt"] is None else _body(row["receipt"], "receipt")
-        return ClaimHeld(_claim(row), receipt)
+        return ClaimHeld(_claim(row), receipt, row["run_epoch"])
 
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         return self._held(self._runs.db(), tenant_id, tool_id, key)

@@ -1,5 +1,5 @@
 -- Named queries of oarlock.store._sqlite_governance (the governed executor's records).
--- Each block starts with "-- name: <name>"; the schema is in sqlite_migrations/ (0002, 0003).
+-- Each block starts with "-- name: <name>"; the schema is in sqlite_migrations/ (0002-0004).
 
 -- name: ledger_head
 SELECT seq, entry_hash FROM ledger ORDER BY seq DESC LIMIT 1;
@@ -15,16 +15,22 @@ SELECT seq, kind, at, body, prev_hash, entry_hash FROM ledger ORDER BY seq;
 INSERT INTO invocations (invocation_id, run_id, ledger_seq)
 VALUES (:invocation_id, :run_id, :ledger_seq);
 
+-- name: run_epoch
+-- The lease epoch of a run (by its document id), which a fenced write must still hold.
+SELECT lease_epoch FROM runs WHERE id = :run_id;
+
 -- name: insert_claim
 INSERT INTO claims (tenant_id, tool_id, idempotency_key, invocation_id, arguments_hash, owner,
-                    claimed_at, lease_until)
+                    claimed_at, lease_until, run_id, epoch)
 VALUES (:tenant_id, :tool_id, :idempotency_key, :invocation_id, :arguments_hash, :owner,
-        :claimed_at, :lease_until)
+        :claimed_at, :lease_until, :run_id, :epoch)
 ON CONFLICT DO NOTHING;
 
 -- name: claim_of
+-- The claim, its receipt (if any), and the current lease epoch of the claim's run.
 SELECT c.tenant_id, c.tool_id, c.idempotency_key, c.invocation_id, c.arguments_hash, c.owner,
-       c.claimed_at, c.lease_until, l.body AS receipt
+       c.claimed_at, c.lease_until, c.run_id, c.epoch, l.body AS receipt,
+       (SELECT u.lease_epoch FROM runs AS u WHERE u.id = c.run_id) AS run_epoch
 FROM claims AS c
 LEFT JOIN receipts AS r ON r.invocation_id = c.invocation_id
 LEFT JOIN ledger AS l ON l.seq = r.ledger_seq
@@ -33,14 +39,14 @@ WHERE c.tenant_id = :tenant_id AND c.tool_id = :tool_id AND c.idempotency_key = 
 -- name: take_over
 UPDATE claims
 SET invocation_id = :invocation_id, owner = :owner, claimed_at = :claimed_at,
-    lease_until = :lease_until
+    lease_until = :lease_until, run_id = :run_id, epoch = :epoch
 WHERE tenant_id = :tenant_id AND tool_id = :tool_id AND idempotency_key = :idempotency_key
   AND invocation_id = :stale_invocation_id AND owner = :stale_owner
   AND NOT EXISTS (SELECT 1 FROM receipts WHERE invocation_id = :stale_invocation_id);
 
 -- name: open_claims
 SELECT c.tenant_id, c.tool_id, c.idempotency_key, c.invocation_id, c.arguments_hash, c.owner,
-       c.claimed_at, c.lease_until
+       c.claimed_at, c.lease_until, c.run_id, c.epoch
 FROM claims AS c
 WHERE NOT EXISTS (SELECT 1 FROM receipts AS r WHERE r.invocation_id = c.invocation_id)
 ORDER BY c.claimed_at;

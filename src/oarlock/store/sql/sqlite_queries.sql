@@ -2,25 +2,49 @@
 -- holds one statement with :named parameters. The schema is in sqlite_migrations/.
 
 -- name: create_run
--- Runs are numbered 1, 2, ... (see 0003); the triggers of 0003 write its run_tags.
+-- Runs are numbered 1, 2, ... (see 0003); the triggers of 0004 write its run_tags. A new
+-- run is runnable from now (ready_at), if its status is running.
 INSERT INTO runs (num, id, agent, status, turns, tags, created_at, updated_at, version,
-                  agent_ref, document)
+                  agent_ref, tenant, queue, ready_at, approval_due, document)
 VALUES ((SELECT coalesce(max(num), 0) + 1 FROM runs), :id, :agent, :status, :turns, :tags,
-        :created_at, :updated_at, 1, :agent_ref, :document);
+        :created_at, :updated_at, 1, :agent_ref, :tenant, :queue,
+        CASE WHEN :status = 'running' THEN :now END, :approval_due, :document);
 
 -- name: load_run
 SELECT document, version, agent_ref FROM runs WHERE id = :id;
 
 -- name: run_version
-SELECT version FROM runs WHERE id = :id;
+SELECT version, lease_epoch, lease_owner FROM runs WHERE id = :id;
 
 -- name: save_run
--- The triggers of 0003 rewrite the run's run_tags if its tags change.
+-- The triggers of 0004 rewrite the run's run_tags if its tags change. A save without a
+-- lease (a decision, a cancellation) makes a running run that no live lease holds runnable
+-- from now; one a lease holds stays ready at the lease's deadline.
 UPDATE runs
 SET agent = :agent, status = :status, turns = :turns, tags = :tags,
     created_at = :created_at, updated_at = :updated_at, document = :document,
-    version = version + 1
+    approval_due = :approval_due, version = version + 1,
+    ready_at = CASE WHEN :status = 'running' THEN max(coalesce(ready_at, 0), :now) END
 WHERE id = :id AND version = :expected_version;
+
+-- name: save_run_fenced
+-- The lease holder's save of a run that goes on running: only while the run is still at
+-- the lease's epoch and owner. It assigns no column of runs_runnable (see 0004).
+UPDATE runs
+SET agent = :agent, status = :status, turns = :turns, tags = :tags,
+    created_at = :created_at, updated_at = :updated_at, document = :document,
+    approval_due = :approval_due, version = version + 1
+WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
+  AND lease_owner = :owner;
+
+-- name: save_run_fenced_at_rest
+-- The lease holder's save of a run that stops running (finished, waiting): no longer ready.
+UPDATE runs
+SET agent = :agent, status = :status, turns = :turns, tags = :tags,
+    created_at = :created_at, updated_at = :updated_at, document = :document,
+    approval_due = :approval_due, version = version + 1, ready_at = NULL
+WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
+  AND lease_owner = :owner;
 
 -- name: append_event
 INSERT INTO events (run_num, seq, kind, at, data)
@@ -37,21 +61,29 @@ WHERE r.id = :id
 ORDER BY e.seq;
 
 -- name: list_runs
-SELECT id, agent, status, tags, turns, created_at, updated_at
+-- Each run with its tenant, and the holder and deadline of its lease while it is live.
+SELECT id, agent, status, tags, turns, created_at, updated_at, tenant,
+       CASE WHEN lease_until > :now THEN lease_owner END AS holder,
+       CASE WHEN lease_until > :now THEN lease_until END AS lease_until
 FROM runs
+WHERE :tenant IS NULL OR tenant = :tenant
 ORDER BY created_at DESC, id DESC
 LIMIT :limit;
 
 -- name: list_runs_by_status
-SELECT id, agent, status, tags, turns, created_at, updated_at
+SELECT id, agent, status, tags, turns, created_at, updated_at, tenant,
+       CASE WHEN lease_until > :now THEN lease_owner END AS holder,
+       CASE WHEN lease_until > :now THEN lease_until END AS lease_until
 FROM runs
-WHERE status = :status
+WHERE status = :status AND (:tenant IS NULL OR tenant = :tenant)
 ORDER BY created_at DESC, id DESC
 LIMIT :limit;
 
 -- name: list_runs_by_tags
 -- :tags is a JSON object; a run matches when it has all :tag_count of its pairs.
-SELECT id, agent, status, tags, turns, created_at, updated_at
+SELECT id, agent, status, tags, turns, created_at, updated_at, tenant,
+       CASE WHEN lease_until > :now THEN lease_owner END AS holder,
+       CASE WHEN lease_until > :now THEN lease_until END AS lease_until
 FROM runs
 WHERE id IN (SELECT t.run_id
              FROM json_each(:tags) AS j
@@ -59,5 +91,6 @@ WHERE id IN (SELECT t.run_id
              GROUP BY t.run_id
              HAVING count(*) = :tag_count)
   AND (:status IS NULL OR status = :status)
+  AND (:tenant IS NULL OR tenant = :tenant)
 ORDER BY created_at DESC, id DESC
 LIMIT :limit;
