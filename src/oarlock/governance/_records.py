@@ -220,7 +220,9 @@ def check_supersedes(new: Reconciliation, latest: Reconciliation | None) -> None
 @dataclass(frozen=True, slots=True)
 class Claim:
     """Who holds an idempotency key. ``owner`` names the process (host, pid and start
-    time); ``lease_until`` (seconds since the epoch) bounds how long it may hold it."""
+    time); ``lease_until`` (seconds since the epoch) bounds how long it may hold it.
+    ``run_id`` is the run (its document's id) the call belongs to and ``epoch`` that run's
+    lease epoch when the claim was taken (None when taken without a lease)."""
 
     tenant_id: str
     tool_id: str
@@ -230,6 +232,8 @@ class Claim:
     owner: str
     claimed_at: str
     lease_until: float
+    run_id: str | None = None
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

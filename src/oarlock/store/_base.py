@@ -66,6 +66,9 @@ class StoredRun:
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
+    """A run as listed. ``holder`` and ``lease_until`` (seconds since the epoch) name the
+    worker whose live lease holds it, if any."""
+
     id: str
     agent: str
     status: str
@@ -73,6 +76,9 @@ class RunSummary:
     turns: int
     created_at: str
     updated_at: str
+    tenant: str = "default"
+    holder: str | None = None
+    lease_until: float | None = None
 
 
 @runtime_checkable
