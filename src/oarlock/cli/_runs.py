@@ -1,10 +1,13 @@
 """``oarlock run``, ``runs``, ``approve``, ``deny``, ``respond``, ``resume``, ``cancel``,
 ``replay`` and ``demo``: each opens the store, does one thing, and says what happened.
 
-``runs list`` and ``runs show`` only read: they run synchronously, without asyncio, the
-engine or pydantic (the store checks the document it reads without it), so that they start
-in a few tens of milliseconds. Every command but ``run`` (and ``demo``) works on a database
-that exists: a mistyped ``--db`` is reported, never created.
+The database is an SQLite file, or a PostgreSQL database when ``--db`` (or
+``$OARLOCK_DB``) is a ``postgresql://`` or ``postgres://`` URL. ``runs list`` and ``runs
+show`` only read: on SQLite they run synchronously, without asyncio, the engine or pydantic
+(the store checks the document it reads without it), so that they start in a few tens of
+milliseconds; on PostgreSQL they read through the store. Every command but ``run`` (and
+``demo``) works on a database that exists: a mistyped ``--db`` is reported, never created,
+and a PostgreSQL database without oarlock's tables is left without them.
 
 Everything printed goes through the renderer (:mod:`oarlock._render`): ``line`` for a
 line, ``dumps`` for JSON."""
@@ -23,6 +26,7 @@ from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
 from oarlock.cli._show import print_runs, print_summary, timeline
 from oarlock.errors import ConfigError, ConflictError, OarlockError
+from oarlock.store._postgres_base import is_postgres_url
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
 if TYPE_CHECKING:  # the engine and the models load only for commands that run agents
@@ -31,6 +35,7 @@ if TYPE_CHECKING:  # the engine and the models load only for commands that run a
     from oarlock.formats._models import RunDocument
     from oarlock.governance._approvers import ApproverKey
     from oarlock.store._base import RunStore
+    from oarlock.store._postgres import PostgresStore
 
 __all__ = [
     "Command",
@@ -51,14 +56,42 @@ _CREATES = frozenset({"run"})
 _live = Live()
 
 
-def _db(args: argparse.Namespace) -> Path:
-    return Path(args.db) if args.db else default_db_path()
+def _db(args: argparse.Namespace) -> Path | str:
+    """``--db`` (else ``$OARLOCK_DB``, else the default file): a PostgreSQL URL as it is,
+    anything else a path. Shown only through the renderer, which hides a URL's password."""
+    if args.db:
+        return args.db if is_postgres_url(args.db) else Path(args.db)
+    explicit = os.environ.get("OARLOCK_DB")
+    if explicit and is_postgres_url(explicit):
+        return explicit
+    return default_db_path()
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> SQLiteStore:
+def open_store(args: argparse.Namespace, *, create: bool = False) -> SQLiteStore | PostgresStore:
     """The run database of ``--db``; unless ``create``, one that exists (else NotFound,
-    "no database at PATH")."""
-    return SQLiteStore(_db(args), create=create)
+    "no database at PATH", or for a PostgreSQL URL a database without oarlock's
+    tables)."""
+    db = _db(args)
+    if isinstance(db, str):
+        from oarlock.store._postgres import PostgresStore
+
+        return PostgresStore(db, create=create)
+    return SQLiteStore(db, create=create)
+
+
+def _log_path(args: argparse.Namespace, run_id: str) -> Path:
+    """Where a detached run writes what it says: beside an SQLite file; for a PostgreSQL
+    database, in the user's data folder (made 0700)."""
+    db = _db(args)
+    if isinstance(db, Path):
+        return db.with_suffix(f".{run_id}.log")
+    from oarlock.store._sqlite import _made_folder
+
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
+    folder = base / "oarlock" / "logs"
+    _made_folder(folder)
+    return folder / f"{run_id}.log"
 
 
 def _tags(pairs: list[str] | None) -> dict[str, str]:
@@ -186,15 +219,19 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
 
         runner = _runner(agent, store)
         doc, _ = await runner.create(args.input, tags=tags, agent_ref=agent_file)
-        log = _db(args).with_suffix(f".{doc.id}.log")
+        log = _log_path(args, doc.id)
+        # the database goes to the child in its environment, never on its command line,
+        # where any user of the machine could read a URL's password
+        env = {**os.environ, "OARLOCK_DB": str(_db(args))}
         # the log holds what the run says: as private as the database beside it
         with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as fh:
             subprocess.Popen(
-                [sys.executable, "-m", "oarlock.cli", "--db", str(_db(args)), "resume", doc.id],
+                [sys.executable, "-m", "oarlock.cli", "resume", doc.id],
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env=env,
             )
         print(f"run {line(doc.id)} started in the background (log: {line(log)})")
         return EXIT_OK
@@ -230,6 +267,34 @@ def _list(args: argparse.Namespace, store: SQLiteStore) -> int:
 def _show(args: argparse.Namespace, store: SQLiteStore) -> int:
     document = store.read_document(args.run_id)
     print("\n".join(timeline(document, store.read_events(args.run_id))))
+    return EXIT_OK
+
+
+async def _list_async(args: argparse.Namespace, store: RunStore) -> int:
+    """``runs list`` through the store (PostgreSQL)."""
+    import dataclasses
+
+    found = await store.list_runs(status=args.status, tags=_tags(args.tag), limit=args.limit)
+    runs = [dataclasses.asdict(r) for r in found]
+    if args.json:
+        print(dumps([_run_json(r) for r in runs]))
+    elif runs:
+        print_runs(runs)
+    else:
+        print("no runs")
+    return EXIT_OK
+
+
+async def _show_async(args: argparse.Namespace, store: RunStore) -> int:
+    """``runs show`` through the store (PostgreSQL)."""
+    from oarlock.formats._codec import dump
+
+    stored = await store.load(args.run_id)
+    events = [
+        {"seq": e.seq, "kind": e.kind, "at": e.at, "data": e.data}
+        for e in await store.events(args.run_id)
+    ]
+    print("\n".join(timeline(dump(stored.document), events)))
     return EXIT_OK
 
 
@@ -388,6 +453,10 @@ _READS: dict[str, ReadCommand] = {
     "runs list": _list,
     "runs show": _show,
 }
+_ASYNC_READS: dict[str, Command] = {
+    "runs list": _list_async,
+    "runs show": _show_async,
+}
 
 _COMMANDS: dict[str, Command] = {
     "run": _run,
@@ -415,7 +484,10 @@ def read_command(args: argparse.Namespace, command: ReadCommand) -> int:
     """:func:`run_command` for a command that only reads: synchronous, no event loop, and
     never creating the database."""
     try:
-        with open_store(args) as store:
+        store = open_store(args)
+        if not isinstance(store, SQLiteStore):
+            raise OarlockError("a read command needs an SQLite database", code="usage")
+        with store:
             return command(args, store)
     except OarlockError as exc:
         return refused(exc)
@@ -423,6 +495,8 @@ def read_command(args: argparse.Namespace, command: ReadCommand) -> int:
 
 def dispatch(args: argparse.Namespace) -> int:
     read = _READS.get(args.action)
+    if read is not None and isinstance(_db(args), str):
+        return run_command(args, _ASYNC_READS[args.action])
     if read is not None:
         return read_command(args, read)
     if args.action == "run":  # a bad agent file must not leave a new, empty database
