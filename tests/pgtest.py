@@ -31,6 +31,7 @@ _lock = threading.Lock()
 _numbers = count(1)
 _state: dict[str, str] = {}  # "template": the session's template database
 _created: list[str] = []
+_lasting: list[str] = []  # dropped when the session ends
 
 
 class ServerUnreachable(AssertionError):
@@ -104,14 +105,15 @@ def template() -> str:
         return name
 
 
-def new_database() -> str:
-    """The URL of a new database holding oarlock's schema, dropped after the test."""
+def new_database(*, lasting: bool = False) -> str:
+    """The URL of a new database holding oarlock's schema, dropped after the test (or, if
+    ``lasting``, for a fixture of a module or the session, when the session ends)."""
     source = template()
     name = f"{_PREFIX}_{os.getpid()}_{next(_numbers)}"
     with admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
     with _lock:
-        _created.append(name)
+        (_lasting if lasting else _created).append(name)
     return url_of(name)
 
 
@@ -136,11 +138,16 @@ def drop_created() -> None:
 
 
 def drop_template() -> None:
+    """Drop the session's template and its lasting databases."""
     with _lock:
-        name = _state.pop("template", None)
-    if name is not None:
+        names, _lasting[:] = list(_lasting), []
+        template = _state.pop("template", None)
+    if template is not None:
+        names.append(template)
+    if names:
         with admin() as conn:
-            _drop(conn, name)
+            for name in names:
+                _drop(conn, name)
 
 
 def terminate(url: str) -> int:
