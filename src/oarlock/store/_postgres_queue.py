@@ -7,9 +7,10 @@ waits for the other. Each claim increments the run's lease epoch.
 Fairness, round-robin across tenants: a run takes its place in the queue when it becomes
 running (created running, or saved running from another status), one after the later of
 the queue's head (the smallest place of a running run) and the last place its tenant
-holds. Each tenant's runs keep the order in which they became runnable, and the runs of
-tenants that queue at once interleave: a tenant that queued 10,000 runs has its next run
-one place ahead of another tenant's first, not 10,000. A run keeps its place while it is
+holds (ties go by run id). Each tenant's runs keep the order in which they became runnable,
+and the runs of tenants that queue at once interleave: when one tenant has 10,000 runs
+queued, another tenant's new run takes the place after the head, beside the first
+tenant's second run, not behind its 10,000th. A run keeps its place while it is
 running (a lease released, or lost to a dead worker, puts it back where it stood).
 
 Leases, heartbeats and the runnable test use the database's clock, so that workers on
