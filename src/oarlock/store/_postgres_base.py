@@ -394,13 +394,14 @@ class PgBase:
         row = await (await conn.execute(_q("schema_exists"))).fetchone()
         if row is None or not row[0]:
             return None
-        row = await (await conn.execute(_q("schema_version"))).fetchone()
-        found = row[0] if row is not None else None
-        if type(found) is not int:
+        rows = await (await conn.execute(_q("schema_version"))).fetchall()
+        try:
+            found = max((int(text) for (text,) in rows), default=0)
+        except (TypeError, ValueError):
             raise StoreError(
                 f"the schema version recorded at {self.display} is not a number",
                 code="schema_invalid",
-            )
+            ) from None
         if found > pg_schema_version():
             raise StoreError(
                 f"database {self.display} has schema version {found}, but this version of "

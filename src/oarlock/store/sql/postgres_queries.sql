@@ -13,7 +13,8 @@ CREATE TABLE IF NOT EXISTS oarlock_schema (
 );
 
 -- name: schema_version
-SELECT coalesce(max(version), 0) AS version FROM oarlock_schema;
+-- As text: a column whose type was changed is read, then refused, as any other value.
+SELECT version::text AS version FROM oarlock_schema;
 
 -- name: schema_record
 INSERT INTO oarlock_schema (version) VALUES (%(version)s);
