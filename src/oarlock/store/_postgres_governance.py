@@ -164,24 +164,27 @@ class _Appender:
     async def write(self, conn: AsyncConnection[Any]) -> None:
         head = await _rows(conn, "lock_head", {"chain": self.chain, "genesis": GENESIS_HASH})
         seq, prev = int(head[0]["seq"]), str(head[0]["entry_hash"])
-        for kind, at, jcs, table, row in self.entries:
-            seq += 1
-            entry = entry_hash_canonical(seq, kind, at, jcs, prev)
+        async with conn.pipeline():  # the writes go in one round trip, under the lock
+            for kind, at, jcs, table, row in self.entries:
+                seq += 1
+                entry = entry_hash_canonical(seq, kind, at, jcs, prev)
+                await conn.execute(
+                    _q("ledger_append"),
+                    {
+                        "chain": self.chain,
+                        "seq": seq,
+                        "kind": kind,
+                        "at": at,
+                        "body": jcs.decode("utf-8"),
+                        "prev_hash": prev,
+                        "entry_hash": entry,
+                    },
+                )
+                await conn.execute(_q(table), {**row, "chain": self.chain, "ledger_seq": seq})
+                prev = entry
             await conn.execute(
-                _q("ledger_append"),
-                {
-                    "chain": self.chain,
-                    "seq": seq,
-                    "kind": kind,
-                    "at": at,
-                    "body": jcs.decode("utf-8"),
-                    "prev_hash": prev,
-                    "entry_hash": entry,
-                },
+                _q("move_head"), {"chain": self.chain, "seq": seq, "entry_hash": prev}
             )
-            await conn.execute(_q(table), {**row, "chain": self.chain, "ledger_seq": seq})
-            prev = entry
-        await conn.execute(_q("move_head"), {"chain": self.chain, "seq": seq, "entry_hash": prev})
 
 
 def _invocation_row(invocation: dict[str, Any]) -> dict[str, Any]:
