@@ -26,7 +26,7 @@ from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
 from oarlock.cli._show import print_runs, print_summary, timeline
 from oarlock.errors import ConfigError, ConflictError, OarlockError
-from oarlock.store._postgres_base import is_postgres_url
+from oarlock.store._dburl import is_postgres_url
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
 if TYPE_CHECKING:  # the engine and the models load only for commands that run agents
@@ -73,8 +73,13 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> SQLiteStore
     tables)."""
     db = _db(args)
     if isinstance(db, str):
+        import logging
+
         from oarlock.store._postgres import PostgresStore
 
+        # the pool's own warnings (a failed reconnection attempt) would reach the terminal
+        # unrendered; the command reports what fails through the renderer instead
+        logging.getLogger("psycopg").addHandler(logging.NullHandler())
         return PostgresStore(db, create=create)
     return SQLiteStore(db, create=create)
 

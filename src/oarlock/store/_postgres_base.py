@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from oarlock._secrets import redact, register_url
 from oarlock.errors import NotFound, StoreError, UsageError
+from oarlock.store._dburl import POSTGRES_SCHEMES, is_postgres_url
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -50,7 +51,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 _SQL = Path(__file__).with_name("sql")
@@ -58,12 +58,6 @@ _SQL = Path(__file__).with_name("sql")
 # server ended the connection before it ran anything sent on it
 _ENDED = frozenset({"57P01", "57P02", "57P03"})
 _RETRIES = 3
-
-
-def is_postgres_url(value: object) -> bool:
-    """Whether ``value`` names a PostgreSQL database (``postgresql://`` or
-    ``postgres://``) rather than an SQLite file."""
-    return isinstance(value, str) and value.lower().startswith(POSTGRES_SCHEMES)
 
 
 def display_url(url: str) -> str:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from oarlock.errors import LeaseLost, NotFound, RunBusy, UsageError
+from oarlock.errors import LeaseLost, NotFound, RunBusy, StoreError, UsageError
 from oarlock.store._postgres_base import PgBase, pg_queries
 from oarlock.store._queue import Lease, WorkerInfo
 
@@ -198,11 +198,8 @@ class PostgresQueue(PgBase):
             try:
                 listener = await self.connect()
                 await listener.execute(f"LISTEN {_CHANNEL}")
-            except (psycopg.Error, OSError):
+            except (psycopg.Error, OSError, StoreError):
                 await asyncio.sleep(timeout)  # the server is away: poll, do not spin
-                return
-            except Exception:
-                await asyncio.sleep(timeout)
                 return
             here.listener = listener
         try:
