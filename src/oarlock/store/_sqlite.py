@@ -263,6 +263,10 @@ def _summary(row: sqlite3.Row) -> dict[str, Any]:
         "turns": row["turns"],
         "created_at": row["created_at"],
         "updated_at": row["updated_at"],
+        # runs of this file are not leased by workers, and belong to the default tenant
+        "tenant": "default",
+        "holder": None,
+        "lease_until": None,
     }
 
 
