@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _pg_databases() -> Iterator[None]:
+    """The PostgreSQL databases a test made (``pgtest.new_database``) are dropped when it
+    ends."""
+    yield
+    import sys
+
+    pgtest = sys.modules.get("pgtest")
+    if pgtest is not None:
+        pgtest.drop_created()
+
+
+@pytest.fixture(autouse=True)
 def _own_config_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
     """Each test its own configuration home: a key one test creates (``oarlock keys
     create``, run in process by the CLI fuzz tests too) is never another test's default."""
@@ -184,7 +196,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A test that writes into the package or the examples (a command told to write where
-    a shipped file is) fails the session, whatever else passed."""
+    a shipped file is) fails the session, whatever else passed. The PostgreSQL template
+    database of the session is dropped."""
+    import sys
+
+    pgtest = sys.modules.get("pgtest")
+    if pgtest is not None:
+        pgtest.drop_template()
     before = session.config.stash.get(_DIGEST, None)
     if before is not None and _package_digest() != before:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -234,8 +234,11 @@ class ValidatingGovernanceStore:
     async def artifact(self, ref: str) -> bytes:
         return await self.inner.artifact(ref)
 
-    async def ledger(self) -> list[LedgerEntry]:
-        return await self.inner.ledger()
+    async def ledger(self, chain: str | None = None) -> list[LedgerEntry]:
+        return await self.inner.ledger(chain)
+
+    async def chains(self) -> list[str]:
+        return await self.inner.chains()
 
     async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
         await self.inner.add_checkpoint(checkpoint)

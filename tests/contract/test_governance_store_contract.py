@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+import pgtest
 from oarlock.errors import ConflictError, IntegrityError, NotFound
 from oarlock.formats._jcs import digest
 from oarlock.governance import Approval, Claim, MemoryGovernanceStore, Reconciliation
 from oarlock.governance._ledger import generate_key, sign_checkpoint, verify_chain
 from oarlock.governance._store import artifact_ref
+from oarlock.store._postgres import PostgresStore
 from oarlock.store._sqlite import SQLiteStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -27,7 +29,15 @@ def sqlite(tmp: Path) -> Any:
     return SQLiteStore(tmp / "gov.db").governance()
 
 
-BACKENDS: dict[str, Callable[[Path], Any]] = {"memory": memory, "sqlite": sqlite}
+def postgres(_: Path) -> Any:
+    return PostgresStore(pgtest.new_database()).governance()
+
+
+BACKENDS: dict[str, Callable[[Path], Any]] = {
+    "memory": memory,
+    "sqlite": sqlite,
+    "postgres": postgres,
+}
 
 
 @pytest.fixture(params=sorted(BACKENDS))

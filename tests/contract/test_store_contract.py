@@ -1,7 +1,7 @@
 """One contract for every RunStore backend: each test runs against each of BACKENDS.
 
-To add a backend (PostgreSQL, say), add a factory to BACKENDS; a factory may call
-``pytest.skip`` when its server is not available.
+To add a backend, add a factory to BACKENDS. The PostgreSQL one gets a database of its
+own for each test (``pgtest``); an unreachable server fails the test, never skips it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from typing import Any, TypeVar
 
 import pytest
 
+import pgtest
 from oarlock.errors import ConflictError, NotFound
 from oarlock.formats import RunDocument, dump_json, dump_run, parse_run
 from oarlock.store import Event, MemoryStore, RunStore, SQLiteStore
+from oarlock.store._postgres import PostgresStore
 
 T = TypeVar("T")
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "runs").glob("*.json"))
@@ -24,6 +26,7 @@ EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "runs").glob("*.json
 BACKENDS: dict[str, Callable[[Path], RunStore]] = {
     "memory": lambda _tmp: MemoryStore(),
     "sqlite": lambda tmp: SQLiteStore(tmp / "runs" / "oarlock.db"),
+    "postgres": lambda _tmp: PostgresStore(pgtest.new_database()),
 }
 
 

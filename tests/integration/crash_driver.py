@@ -29,6 +29,8 @@ from oarlock.engine._agentfile import load_agent
 from oarlock.engine._runner import Runner
 from oarlock.governance._approvers import ApproverKey
 from oarlock.models._base import ModelRequest, ModelResponse
+from oarlock.store._postgres import PostgresStore
+from oarlock.store._postgres_base import is_postgres_url
 from oarlock.store._sqlite import SQLiteStore
 
 
@@ -71,7 +73,7 @@ async def main(
         if kill_after is not None and commits == kill_after:
             die()
 
-    store = SQLiteStore(db)
+    store = PostgresStore(db) if is_postgres_url(db) else SQLiteStore(db)
     key = os.environ.get("OARLOCK_APPROVER_KEY")
     approver = ApproverKey.load(key, "user:test") if key else None
     runner = Runner(agent, store, on_commit=on_commit, approver=approver)

@@ -1,8 +1,10 @@
-"""Runs one governed tool call against a SQLite file in its own process, and SIGKILLs
+"""Runs one governed tool call against a database in its own process, and SIGKILLs
 itself at a chosen point of the executor's protocol, so that a test can recover the call
 from another process.
 
     python executor_driver.py DB MODE EFFECTS_FILE [TOOL]
+
+DB is an SQLite file or a ``postgresql://`` URL (:func:`open_runs`).
 
 TOOL is ``charge`` (a ``spend`` tool keyed by its order id, the default) or ``lookup`` (a
 ``read`` tool, one key per call of the run). Either tool's side effect is one line
@@ -39,6 +41,8 @@ from oarlock.governance import CallContext, GovernedExecutor, RulePolicy
 from oarlock.governance._records import Approval, Claim
 from oarlock.governance._store import ClaimHeld, GovernanceStore
 from oarlock.store import SQLiteStore
+from oarlock.store._postgres import PostgresStore
+from oarlock.store._postgres_base import is_postgres_url
 from oarlock.testing import ValidatingGovernanceStore
 from oarlock.tools import Tool, tool
 
@@ -49,6 +53,13 @@ TENANT = "acme"
 ARGUMENTS: dict[str, Any] = {"order_id": "A-1", "amount": 25}
 LOOKUP_ARGUMENTS: dict[str, Any] = {"order_id": "A-1"}
 MODES = ("none", "before-claim", "after-claim", "after-tool")
+
+def open_runs(db: str | Path) -> SQLiteStore | PostgresStore:
+    """The store of ``db``: a PostgreSQL database for a URL, else an SQLite file."""
+    if isinstance(db, str) and is_postgres_url(db):
+        return PostgresStore(db)
+    return SQLiteStore(db)
+
 
 POLICY = RulePolicy.from_dict(
     {
@@ -173,7 +184,7 @@ async def main(db: str, mode: str, effects: str, which: str = "charge") -> int:
         the_tool, arguments = make_lookup(effects), dict(LOOKUP_ARGUMENTS)
     else:
         raise SystemExit(f"unknown tool {which!r}; use charge or lookup")
-    runs = SQLiteStore(db)
+    runs = open_runs(db)
     store = CrashingStore(runs.governance(), mode)
     assert isinstance(store, GovernanceStore)
     executor = GovernedExecutor(store, policy=POLICY)
@@ -201,7 +212,7 @@ def process_worker(
     barrier, executes the slow ``charge`` (call ``CALL_ID`` of run ``run_id``, arguments
     ``ARGUMENTS``) once and writes what it saw to ``out`` as JSON."""
 
-    async def go(runs: SQLiteStore) -> dict[str, Any]:
+    async def go(runs: SQLiteStore | PostgresStore) -> dict[str, Any]:
         store = runs.governance()
         charge = make_charge(effects, delay=0.2)
         executor = GovernedExecutor(store, policy=POLICY, duplicate_wait=duplicate_wait)
@@ -217,7 +228,7 @@ def process_worker(
             "receipt": None if held is None else held.receipt,
         }
 
-    runs = SQLiteStore(db)
+    runs = open_runs(db)
     try:
         report = asyncio.run(go(runs))
     finally:

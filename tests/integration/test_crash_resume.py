@@ -1,9 +1,10 @@
-"""Crash and resume with real processes: a driver process runs an agent against a SQLite
-file and SIGKILLs itself at a chosen point; a new process (the CLI) resumes the run; the
-final document must equal that of a run that was never interrupted (every fenced tool
-result unfenced: each call gets its own nonce), with one exception: an approved spend
-call killed while it ran is never run again; its outcome is unknown, an Uncertain receipt
-says so, and so does the error result the model gets.
+"""Crash and resume with real processes: a driver process runs an agent against an SQLite
+file or a PostgreSQL database (each test runs on both) and SIGKILLs itself at a chosen
+point; a new process (the CLI) resumes the run; the final document must equal that of a
+run that was never interrupted (every fenced tool result unfenced: each call gets its own
+nonce), with one exception: an approved spend call killed while it ran is never run
+again; its outcome is unknown, an Uncertain receipt says so, and so does the error result
+the model gets.
 
 Also: decisions racing from two processes on the same call."""
 
@@ -16,16 +17,19 @@ import signal
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import oarlock
+import pgtest
 from helpers import unfenced_document, write_approver
 from oarlock.formats import dump
 from oarlock.governance._records import StoredReceipt
 from oarlock.store import SQLiteStore
+from oarlock.store._postgres import PostgresStore
 
 DRIVER = Path(__file__).with_name("crash_driver.py")
 TIMEOUT = 60
@@ -151,7 +155,35 @@ def write_agent(folder: Path) -> Path:
     return agent
 
 
-def env(db: Path | None = None, **extra: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class Db:
+    """A database of a test: ``target`` is what ``--db`` names (a file or a URL); the
+    tools' call log lives in ``folder``."""
+
+    target: Path | str
+    folder: Path
+
+    def __str__(self) -> str:
+        return str(self.target)
+
+    def store(self) -> SQLiteStore | PostgresStore:
+        if isinstance(self.target, str):
+            return PostgresStore(self.target)
+        return SQLiteStore(self.target)
+
+
+def new_db(backend: str, folder: Path) -> Db:
+    if backend == "postgres":
+        return Db(pgtest.new_database(), folder)
+    return Db(folder / "runs.db", folder)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def env(db: Db | None = None, **extra: str) -> dict[str, str]:
     """The environment of a child process; with ``db``, its tools log every call they
     start beside that database (see :func:`calls`)."""
     out = {
@@ -166,11 +198,11 @@ def env(db: Path | None = None, **extra: str) -> dict[str, str]:
     return {**out, **extra}
 
 
-def call_log(db: Path) -> Path:
-    return db.with_name(db.name + ".calls")
+def call_log(db: Db) -> Path:
+    return db.folder / "runs.calls"
 
 
-def calls(db: Path) -> list[str]:
+def calls(db: Db) -> list[str]:
     """The tools called (started) for the runs in ``db``, by every process, in order."""
     log = call_log(db)
     return log.read_text("utf-8").split() if log.exists() else []
@@ -178,7 +210,7 @@ def calls(db: Path) -> list[str]:
 
 def drive(
     agent: Path,
-    db: Path,
+    db: Db,
     mode: str,
     *,
     run_id: str = RUN_ID,
@@ -197,7 +229,7 @@ def drive(
     )
 
 
-def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(db: Db, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "oarlock.cli", "--db", str(db), *args],
         capture_output=True,
@@ -209,11 +241,11 @@ def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def load(db: Path, run_id: str = RUN_ID) -> tuple[dict[str, Any], list[Any]]:
+def load(db: Db, run_id: str = RUN_ID) -> tuple[dict[str, Any], list[Any]]:
     """The stored document as JSON, and the event log, read in this process."""
 
     async def go() -> tuple[dict[str, Any], list[Any]]:
-        async with SQLiteStore(db) as store:
+        async with db.store() as store:
             stored = await store.load(run_id)
             doc = stored.document
             doc.format = "oar/0.2"
@@ -222,11 +254,11 @@ def load(db: Path, run_id: str = RUN_ID) -> tuple[dict[str, Any], list[Any]]:
     return asyncio.run(go())
 
 
-def receipts(db: Path, tool: str) -> list[StoredReceipt]:
+def receipts(db: Db, tool: str) -> list[StoredReceipt]:
     """The receipts the governed executor stored for the calls of ``tool``."""
 
     async def go() -> list[StoredReceipt]:
-        async with SQLiteStore(db) as store:
+        async with db.store() as store:
             return await store.governance().receipts(limit=1000)
 
     return [r for r in asyncio.run(go()) if r.invocation["toolId"] == tool]
@@ -265,7 +297,7 @@ def normal(doc: dict[str, Any]) -> Any:
     return strip(unfenced_document(doc))
 
 
-def finish(db: Path, run_id: str = RUN_ID) -> dict[str, Any]:
+def finish(db: Db, run_id: str = RUN_ID) -> dict[str, Any]:
     """Drive the run to its end from new processes: resume when running, approve every
     undecided call when waiting."""
     for _ in range(6):
@@ -292,7 +324,7 @@ def agent_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def baseline(agent_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The uninterrupted run: driven to the approval, then approved through the CLI."""
-    db = tmp_path_factory.mktemp("baseline") / "runs.db"
+    db = new_db("sqlite", tmp_path_factory.mktemp("baseline"))
     out = drive(agent_file, db, "none")
     assert out.returncode == 0, out.stderr
     assert "waiting_approval commits=5" in out.stdout
@@ -337,12 +369,13 @@ def test_crash_then_resume_in_a_new_process_matches_an_uninterrupted_run(
     agent_file: Path,
     baseline: Any,
     tmp_path: Path,
+    backend: str,
     mode: str,
     crash_in_tool: str | None,
     approve: str | None,
     left: tuple[str, int],
 ) -> None:
-    db = tmp_path / "runs.db"
+    db = new_db(backend, tmp_path)
     crashed = drive(agent_file, db, mode, crash_in_tool=crash_in_tool, approve=approve)
     assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr)
 
@@ -388,10 +421,10 @@ def test_crash_then_resume_in_a_new_process_matches_an_uninterrupted_run(
 
 
 def test_a_crash_after_the_last_commit_leaves_a_run_a_resume_leaves_alone(
-    agent_file: Path, baseline: Any, tmp_path: Path
+    agent_file: Path, baseline: Any, tmp_path: Path, backend: str
 ) -> None:
     """Killed right after the commit that completes the run: resuming changes nothing."""
-    db = tmp_path / "runs.db"
+    db = new_db(backend, tmp_path)
     crashed = drive(agent_file, db, "commit:8", approve=APPROVAL_CALL)
     assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr)
     before = load(db)
@@ -423,7 +456,7 @@ sys.exit(oarlock.cli.main(sys.argv[4:]))
 """
 
 
-def race(tmp: Path, db: Path, *commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+def race(tmp: Path, db: Db, *commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
     """Start one process per command; each waits on a file barrier, then runs the CLI."""
     barrier = tmp / "barrier"
     barrier.mkdir()
@@ -456,8 +489,8 @@ def race(tmp: Path, db: Path, *commands: list[str]) -> list[subprocess.Completed
 
 
 @pytest.fixture
-def waiting_db(agent_file: Path, tmp_path: Path) -> Path:
-    db = tmp_path / "runs.db"
+def waiting_db(agent_file: Path, tmp_path: Path, backend: str) -> Db:
+    db = new_db(backend, tmp_path)
     out = drive(agent_file, db, "none")
     assert out.returncode == 0, out.stderr
     assert load(db)[0]["status"] == "waiting_approval"
@@ -470,7 +503,7 @@ def decisions(events: list[Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("attempt", range(2))
 def test_approve_and_deny_racing_from_two_processes_record_exactly_one_decision(
-    waiting_db: Path, tmp_path: Path, attempt: int
+    waiting_db: Db, tmp_path: Path, attempt: int
 ) -> None:
     approve, deny = race(
         tmp_path,
@@ -506,7 +539,7 @@ def test_approve_and_deny_racing_from_two_processes_record_exactly_one_decision(
 
 @pytest.mark.parametrize("no_resume", [True, False], ids=["no-resume", "resume"])
 def test_approve_and_cancel_racing_from_two_processes_lose_nothing(
-    waiting_db: Path, tmp_path: Path, no_resume: bool
+    waiting_db: Db, tmp_path: Path, no_resume: bool
 ) -> None:
     approve, cancel = race(
         tmp_path,

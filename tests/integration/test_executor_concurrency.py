@@ -34,6 +34,7 @@ from typing import Any
 import executor_driver as drv
 import pytest
 
+import pgtest
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.governance import (
     CallContext,
@@ -41,7 +42,7 @@ from oarlock.governance import (
     MemoryGovernanceStore,
     verify_chain,
 )
-from oarlock.governance._ledger import LedgerEntry
+from oarlock.governance._ledger import LedgerEntry, verify_chains
 from oarlock.governance._records import Claim, StoredReceipt
 from oarlock.governance._sanitize import unfence
 from oarlock.governance._store import ClaimHeld, GovernanceStore
@@ -55,7 +56,7 @@ DELAY = 0.2
 WAIT = 60.0  # duplicate_wait: far longer than any waiter needs, so none times out
 KEY = f"charge:{drv.ARGUMENTS['order_id']}"
 EXPECTED = json.dumps(drv.charge_result(**drv.ARGUMENTS))
-STORES = ("sqlite", "memory")
+STORES = ("sqlite", "postgres", "memory")
 
 
 def make_simulate(effects: Path, delay: float = DELAY) -> Tool:
@@ -103,16 +104,27 @@ def create_schema(db: Path) -> None:
     asyncio.run(SQLiteStore(db).close())
 
 
-def opener(kind: str, db: Path) -> Opener:
-    """Makes each caller's store: its own SQLite connection, or the one shared memory store."""
+def database(kind: str, tmp_path: Path) -> Path | str:
+    """Where the racers keep their records: an SQLite file (its schema made), or a
+    PostgreSQL database of the test's own."""
+    if kind == "postgres":
+        return pgtest.new_database()
+    db = tmp_path / "gov.db"
     if kind == "sqlite":
         create_schema(db)
+    return db
 
-        def open_sqlite() -> tuple[GovernanceStore, Callable[[], Awaitable[None]]]:
-            runs = SQLiteStore(db)
+
+def opener(kind: str, db: Path | str) -> Opener:
+    """Makes each caller's store: its own SQLite connection or PostgreSQL pool, or the one
+    shared memory store."""
+    if kind in ("sqlite", "postgres"):
+
+        def open_db() -> tuple[GovernanceStore, Callable[[], Awaitable[None]]]:
+            runs = drv.open_runs(db)
             return runs.governance(), runs.close
 
-        return open_sqlite
+        return open_db
     shared = MemoryGovernanceStore()
 
     async def nothing() -> None:
@@ -162,10 +174,18 @@ class State:
     receipts: list[StoredReceipt]
     ledger: list[LedgerEntry]
     open_claims: list[Claim]
+    chains: dict[str, list[LedgerEntry]]
+
+    def verifies(self) -> bool:
+        """Every chain of the ledger verifies."""
+        return all(r.ok for r in verify_chains(self.chains).values())
 
 
 async def state_of(store: GovernanceStore) -> State:
-    return State(await store.receipts(), await store.ledger(), await store.open_claims())
+    chains = {name: await store.ledger(name) for name in await store.chains()}
+    return State(
+        await store.receipts(), await store.ledger(), await store.open_claims(), chains
+    )
 
 
 def read_state(open_store: Opener) -> State:
@@ -200,7 +220,7 @@ def assert_ran_once_for_everyone(
         assert o.held.receipt == stored.receipt
     assert [e.kind for e in state.ledger] == ledger_kinds
     assert state.open_claims == []
-    assert verify_chain(state.ledger).ok
+    assert verify_chain(state.ledger).ok and state.verifies()
     return stored
 
 
@@ -209,7 +229,7 @@ def assert_ran_once_for_everyone(
 
 @pytest.mark.parametrize("kind", STORES)
 def test_threads_one_spend_call_from_many_runs_runs_once(tmp_path: Path, kind: str) -> None:
-    db, effects = tmp_path / "gov.db", tmp_path / "effects"
+    db, effects = database(kind, tmp_path), tmp_path / "effects"
     open_store = opener(kind, db)
 
     def job(i: int) -> Job:
@@ -233,7 +253,7 @@ def test_threads_one_spend_call_from_many_runs_runs_once(tmp_path: Path, kind: s
 
 @pytest.mark.parametrize("kind", STORES)
 def test_threads_same_call_of_one_run_runs_once(tmp_path: Path, kind: str) -> None:
-    db, effects = tmp_path / "gov.db", tmp_path / "effects"
+    db, effects = database(kind, tmp_path), tmp_path / "effects"
     open_store = opener(kind, db)
 
     def job(i: int) -> Job:
@@ -254,7 +274,7 @@ def test_threads_same_call_of_one_run_runs_once(tmp_path: Path, kind: str) -> No
 def test_threads_same_spend_call_of_one_run_never_runs_twice(tmp_path: Path, kind: str) -> None:
     """Duplicates sharing one approval: one run of the tool, one Succeeded receipt, and
     every caller either gets its result or a refusal."""
-    db, effects = tmp_path / "gov.db", tmp_path / "effects"
+    db, effects = database(kind, tmp_path), tmp_path / "effects"
     open_store = opener(kind, db)
 
     def job(i: int) -> Job:
@@ -282,15 +302,15 @@ def test_threads_same_spend_call_of_one_run_never_runs_twice(tmp_path: Path, kin
         else:  # refused at once: the receipt may not have been written yet
             assert "was not run" in o.result.content
             assert o.held.receipt in (None, succeeded[0].receipt)
-    assert verify_chain(state.ledger).ok
+    assert verify_chain(state.ledger).ok and state.verifies()
 
 
 # --- (b) processes -----------------------------------------------------------------------
 
 
-def test_processes_one_spend_call_from_many_runs_runs_once(tmp_path: Path) -> None:
-    db, effects = tmp_path / "gov.db", tmp_path / "effects"
-    create_schema(db)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_processes_one_spend_call_from_many_runs_runs_once(tmp_path: Path, kind: str) -> None:
+    db, effects = database(kind, tmp_path), tmp_path / "effects"
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(PROCESSES)
     outs = [tmp_path / f"out-{i}.json" for i in range(PROCESSES)]
@@ -317,7 +337,7 @@ def test_processes_one_spend_call_from_many_runs_runs_once(tmp_path: Path) -> No
     reports = [json.loads(out.read_text("utf-8")) for out in outs]
     assert len({r["pid"] for r in reports}) == PROCESSES
     assert len(lines_of(effects)) == 1
-    state = read_state(opener("sqlite", db))
+    state = read_state(opener(kind, db))
     (stored,) = state.receipts
     assert stored.status == "Succeeded"
     for r in reports:
@@ -328,15 +348,16 @@ def test_processes_one_spend_call_from_many_runs_runs_once(tmp_path: Path) -> No
         assert r["receipt"] == stored.receipt
     assert [e.kind for e in state.ledger] == ["approval", "invocation", "receipt"]
     assert state.open_claims == []
-    assert verify_chain(state.ledger).ok
+    assert verify_chain(state.ledger).ok and state.verifies()
 
 
 # --- (c) tenants -------------------------------------------------------------------------
 
 
-def test_same_key_in_another_tenant_runs_independently(tmp_path: Path) -> None:
-    db, effects = tmp_path / "gov.db", tmp_path / "effects"
-    open_store = opener("sqlite", db)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_same_key_in_another_tenant_runs_independently(tmp_path: Path, kind: str) -> None:
+    db, effects = database(kind, tmp_path), tmp_path / "effects"
+    open_store = opener(kind, db)
     tenants = ("acme", "globex")
 
     def job(i: int) -> Job:
@@ -363,7 +384,9 @@ def test_same_key_in_another_tenant_runs_independently(tmp_path: Path) -> None:
         assert o.held is not None
         assert o.held.claim.tenant_id == o.job.ctx.tenant
         assert o.held.receipt == by_tenant[o.job.ctx.tenant].receipt
-    assert verify_chain(state.ledger).ok
+    assert state.verifies()
+    # one chain per tenant on PostgreSQL, one chain on SQLite
+    assert sorted(state.chains) == (sorted(tenants) if kind == "postgres" else ["default"])
 
 
 # --- (d) other arguments, (e) replay -----------------------------------------------------
@@ -371,7 +394,7 @@ def test_same_key_in_another_tenant_runs_independently(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", STORES)
 def test_same_key_other_arguments_is_refused_and_changes_nothing(tmp_path: Path, kind: str) -> None:
-    db, effects = tmp_path / "gov.db", tmp_path / "effects"
+    db, effects = database(kind, tmp_path), tmp_path / "effects"
     charge = drv.make_charge(effects)
     open_store = opener(kind, db)
     other = {"order_id": drv.ARGUMENTS["order_id"], "amount": 9999}
@@ -419,7 +442,7 @@ def test_same_key_other_arguments_is_refused_and_changes_nothing(tmp_path: Path,
                 assert r.invocation["invocationId"] != before.claim.invocation_id
                 assert r.invocation["approvalId"] == str(uuid.UUID(int=0))
                 assert "resultRef" not in r.receipt
-            assert verify_chain(state.ledger).ok
+            assert verify_chain(state.ledger).ok and state.verifies()
         finally:
             await close()
 
@@ -428,7 +451,7 @@ def test_same_key_other_arguments_is_refused_and_changes_nothing(tmp_path: Path,
 
 @pytest.mark.parametrize("kind", STORES)
 def test_repeated_call_replays_the_prior_receipt(tmp_path: Path, kind: str) -> None:
-    db, effects = tmp_path / "gov.db", tmp_path / "effects"
+    db, effects = database(kind, tmp_path), tmp_path / "effects"
     charge = drv.make_charge(effects)
     open_store = opener(kind, db)
 
@@ -460,7 +483,7 @@ def test_repeated_call_replays_the_prior_receipt(tmp_path: Path, kind: str) -> N
             assert receipt == held.receipt
             assert invocation == stored.invocation
             assert [e.kind for e in state.ledger] == ["approval", "invocation", "receipt"]
-            assert verify_chain(state.ledger).ok
+            assert verify_chain(state.ledger).ok and state.verifies()
         finally:
             await close()
 
@@ -501,7 +524,7 @@ def test_duplicate_of_a_running_spend_call_waits_instead_of_approval_used(
 ) -> None:
     """B reads the key (free), then A takes the claim and uses the call's approval, then B
     reads the approval: B must wait for A's receipt and replay it, as any duplicate does."""
-    db, effects = tmp_path / "gov.db", tmp_path / "effects"
+    db, effects = database(kind, tmp_path), tmp_path / "effects"
     charge = drv.make_charge(effects)
     open_store = opener(kind, db)
 

@@ -1,5 +1,6 @@
 """The governed executor across a real crash: a driver process (executor_driver.py) makes
-one tool call against a SQLite file and SIGKILLs itself at a point of the executor's
+one tool call against an SQLite file or a PostgreSQL database (every test runs on both)
+and SIGKILLs itself at a point of the executor's
 protocol; a fresh process then makes the same call (same run, call id and arguments).
 
 * cut off before the claim: nothing was stored, so the call runs now;
@@ -11,7 +12,7 @@ protocol; a fresh process then makes the same call (same run, call id and argume
 * an operator's reconciliation of the Uncertain receipt is appended, never an edit.
 
 The scenarios run stage by stage (every crash, then every recovery, then every replay),
-each stage's processes side by side, each scenario on its own database file; every
+each stage's processes side by side, each scenario on its own database; every
 assertion reads a snapshot of the database taken between stages.
 """
 
@@ -31,13 +32,13 @@ from typing import Any
 import executor_driver as drv
 import pytest
 
+import pgtest
 from oarlock.errors import ConflictError
 from oarlock.formats._time import now_rfc3339
 from oarlock.governance import Reconciliation, unfence, verify_chain
 from oarlock.governance._ledger import LedgerEntry
 from oarlock.governance._records import Claim, StoredReceipt, step_uuid
 from oarlock.governance._store import ClaimHeld
-from oarlock.store import SQLiteStore
 
 DRIVER = Path(__file__).with_name("executor_driver.py")
 TIMEOUT = 60
@@ -67,7 +68,7 @@ def _env() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Paths:
-    db: Path
+    db: Path | str
     effects: Path
     tool: str
 
@@ -129,7 +130,7 @@ def snapshot(paths: Paths) -> Snapshot:
     key = CHARGE_KEY if paths.tool == "charge" else LOOKUP_KEY
 
     async def go() -> Snapshot:
-        async with SQLiteStore(paths.db) as runs:
+        async with drv.open_runs(paths.db) as runs:
             store = runs.governance()
             return Snapshot(
                 lines_of(paths.effects),
@@ -153,11 +154,19 @@ class Scenario:
     after_replay: Snapshot
 
 
-@pytest.fixture(scope="module")
-def scenarios(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def scenarios(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Scenario]:
     base = tmp_path_factory.mktemp("executor-crash")
+
+    def database(name: str) -> Path | str:
+        if request.param == "postgres":
+            return pgtest.new_database(lasting=True)
+        return base / f"{name}.db"
+
     paths = {
-        name: Paths(base / f"{name}.db", base / f"{name}.effects", tool)
+        name: Paths(database(name), base / f"{name}.effects", tool)
         for name, (tool, _) in SCENARIOS.items()
     }
     crashes = run_side_by_side({n: (paths[n], mode) for n, (_, mode) in SCENARIOS.items()})
@@ -338,7 +347,7 @@ def test_cut_off_read_call_runs_again_as_a_new_attempt(
     assert verify_chain(snap.ledger).ok
 
     async def first_has_no_receipt() -> None:
-        async with SQLiteStore(s.paths.db) as runs:
+        async with drv.open_runs(s.paths.db) as runs:
             invocation, receipt = await runs.governance().load(first)
             assert invocation == prior
             assert receipt is None
@@ -365,7 +374,7 @@ def test_reconciling_the_uncertain_receipt_appends_a_record(
     )
 
     async def reconcile() -> tuple[list[StoredReceipt], list[LedgerEntry], Any]:
-        async with SQLiteStore(s.paths.db) as runs:
+        async with drv.open_runs(s.paths.db) as runs:
             store = runs.governance()
             await store.reconcile(note)
             invocation, receipt = await store.load(before.invocation_id)
@@ -406,7 +415,7 @@ def test_only_an_uncertain_receipt_can_be_reconciled(scenarios: dict[str, Scenar
     )
 
     async def attempt() -> None:
-        async with SQLiteStore(s.paths.db) as runs:
+        async with drv.open_runs(s.paths.db) as runs:
             await runs.governance().reconcile(note)
 
     with pytest.raises(ConflictError) as caught:

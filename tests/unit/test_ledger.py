@@ -637,7 +637,7 @@ def _valid_checkpoint_json() -> dict[str, Any]:
         ({"signature": base64.b64encode(b"short").decode()}, "'signature'"),
         ({"signature": base64.b64encode(b"\0" * 64).decode().rstrip("=")}, "'signature'"),
         ({"signature": 12}, "'signature'"),
-        ({"type": "oarlock-ledger-checkpoint/2"}, "'type' must be"),
+        ({"type": "oarlock-ledger-checkpoint/3"}, "'type' must be"),
         ({"extra": 1}, "unknown member(s) extra"),
     ],
 )

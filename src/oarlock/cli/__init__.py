@@ -27,10 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"oarlock {__version__}")
     parser.add_argument(
         "--db",
-        metavar="PATH",
+        metavar="PATH|URL",
         type=path,
         default=os.environ.get("OARLOCK_DB") or None,
-        help="the run database (default: $OARLOCK_DB, else the user's data directory)",
+        help="the run database: an SQLite file, or a postgresql:// URL (default: "
+        "$OARLOCK_DB, else a file in the user's data directory)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_run_commands(sub)
@@ -277,7 +278,7 @@ def _add_governance_commands(sub: Any) -> None:
     asub = audit.add_subparsers(dest="audit_command", metavar="COMMAND", required=True)
     p = asub.add_parser(
         "verify",
-        help="check the whole hash chain and every checkpoint; exit 1 at the first bad entry",
+        help="check every chain of the ledger and every checkpoint; exit 1 if any is bad",
     )
     p.add_argument(
         "--public-key",
@@ -302,8 +303,16 @@ def _add_governance_commands(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true")
     _gov_action(p, "verify")
-    p = asub.add_parser("checkpoint", help="sign the ledger's head with an Ed25519 key")
+    p = asub.add_parser(
+        "checkpoint", help="sign the head of every ledger chain with an Ed25519 key"
+    )
     p.add_argument("--key", required=True, metavar="PEM", type=path, help="the private key file")
+    p.add_argument(
+        "--chain",
+        metavar="NAME",
+        type=text,
+        help="sign only this chain's head (a tenant's, on PostgreSQL; default: every chain)",
+    )
     p.add_argument(
         "--out",
         metavar="FILE",

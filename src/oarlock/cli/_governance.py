@@ -1,8 +1,10 @@
 """``oarlock receipts list|show|reconcile`` and ``oarlock audit verify|checkpoint|keygen``.
 
-``audit verify`` exits 0 when the ledger and every checkpoint check out and 1 at the
-first bad entry, which it names; ``receipts reconcile`` appends a record and never edits
-the Uncertain receipt it resolves.
+``audit verify`` checks every chain of the ledger (one per tenant on PostgreSQL, one named
+``default`` on SQLite), each against the checkpoints of that chain, and exits 0 when all
+check out, 1 when any does not, naming the chain of each problem and every bad entry;
+``audit checkpoint`` signs the head of every chain (or of ``--chain``). ``receipts
+reconcile`` appends a record and never edits the Uncertain receipt it resolves.
 
 Every value from the database goes through the renderer (:mod:`oarlock._render`), and every
 ``--json`` output is :func:`~oarlock._render.dumps` of camelCase members."""
@@ -22,14 +24,18 @@ from oarlock.cli._runs import Command, run_command
 from oarlock.errors import OarlockError
 from oarlock.formats._time import now_rfc3339
 from oarlock.governance._ledger import (
+    DEFAULT_CHAIN,
     Checkpoint,
+    LedgerEntry,
+    LedgerProblem,
+    VerifyReport,
     generate_key,
     load_private_key,
     load_public_key,
     public_key_pem,
     save_private_key,
     sign_checkpoint,
-    verify_chain,
+    verify_chains,
 )
 from oarlock.governance._owner import owner_alive
 from oarlock.governance._records import Claim, Reconciliation, StoredReceipt, run_uuid
@@ -222,54 +228,83 @@ async def _reconcile(args: argparse.Namespace, store: RunStore) -> int:
 async def _verify(args: argparse.Namespace, store: RunStore) -> int:
     gov = store.governance()
     keys = [load_public_key(k) for k in args.public_key or []]
-    checkpoints = await gov.checkpoints() + [_read_checkpoint(f) for f in args.checkpoint or []]
-    entries = await gov.ledger()
-    report = verify_chain(entries, checkpoints, keys)
+    checkpoints = await gov.checkpoints()
+    for f in args.checkpoint or []:
+        checkpoints += _read_checkpoints(f)
+    chains = {name: await gov.ledger(name) for name in await gov.chains()}
+    reports = verify_chains(chains, checkpoints, keys)
+    if not reports:  # an empty ledger: one empty chain, which verifies
+        reports = verify_chains({DEFAULT_CHAIN: []}, (), keys)
     if args.approvers:
         from oarlock.governance._approvers import TrustedApprovers, approval_problems
 
-        unsigned = approval_problems(entries, TrustedApprovers.from_file(args.approvers))
-        if unsigned:
-            everything = (*report.problems, *unsigned)
-            problems = tuple(sorted(everything, key=lambda p: (p.seq is None, p.seq or 0)))
-            report = dataclasses.replace(report, ok=False, problems=problems)
+        trusted = TrustedApprovers.from_file(args.approvers)
+        for name, entries in chains.items():
+            reports[name] = _with_problems(reports[name], approval_problems(entries, trusted))
+    problems = [(name, p) for name, report in reports.items() for p in report.problems]
+    ok = not problems
     if args.json:
+        only = next(iter(reports.values())) if len(reports) == 1 else None
         print(
             dumps(
                 {
-                    "ok": report.ok,
-                    "entries": report.entries,
-                    "headSeq": report.head_seq,
-                    "headHash": report.head_hash,
-                    "checkpointsChecked": report.checkpoints_checked,
-                    "signaturesVerified": report.signatures_verified,
+                    "ok": ok,
+                    "entries": sum(r.entries for r in reports.values()),
+                    "headSeq": None if only is None else only.head_seq,
+                    "headHash": None if only is None else only.head_hash,
+                    "checkpointsChecked": sum(r.checkpoints_checked for r in reports.values()),
+                    "signaturesVerified": bool(keys),
+                    "chains": [_chain_json(name, r) for name, r in reports.items()],
                     "problems": [
-                        {"seq": p.seq, "code": p.code, "message": p.message}
-                        for p in report.problems
+                        {"chain": name, "seq": p.seq, "code": p.code, "message": p.message}
+                        for name, p in problems
                     ],
                 }
             )
         )
-    elif report.ok:
-        signed = (
-            ""
-            if report.signatures_verified or not report.checkpoints_checked
-            else (" (signatures not checked: give --public-key)")
-        )
-        print(
-            f"ledger ok: {report.entries} entries, head {report.head_seq} "
-            f"{line(report.head_hash)}; {report.checkpoints_checked} checkpoint(s){signed}"
-        )
+    elif ok:
+        unsigned = not keys and any(r.checkpoints_checked for r in reports.values())
+        signed = " (signatures not checked: give --public-key)" if unsigned else ""
+        for name, report in reports.items():
+            print(
+                f"ledger ok: chain {line(name)}: {report.entries} entries, head "
+                f"{report.head_seq} {line(report.head_hash)}; "
+                f"{report.checkpoints_checked} checkpoint(s){signed}"
+            )
     else:
-        for problem in report.problems:
-            print(f"ledger: {line(problem.message)} ({line(problem.code)})", file=sys.stderr)
-    return EXIT_OK if report.ok else EXIT_INVALID
+        for name, problem in problems:
+            print(
+                f"ledger chain {line(name)}: {line(problem.message)} ({line(problem.code)})",
+                file=sys.stderr,
+            )
+    return EXIT_OK if ok else EXIT_INVALID
+
+
+def _with_problems(report: VerifyReport, more: list[LedgerProblem]) -> VerifyReport:
+    if not more:
+        return report
+    everything = (*report.problems, *more)
+    problems = tuple(sorted(everything, key=lambda p: (p.seq is None, p.seq or 0)))
+    return dataclasses.replace(report, ok=False, problems=problems)
+
+
+def _chain_json(name: str, report: VerifyReport) -> dict[str, Any]:
+    return {
+        "chain": name,
+        "ok": report.ok,
+        "entries": report.entries,
+        "headSeq": report.head_seq,
+        "headHash": report.head_hash,
+        "checkpointsChecked": report.checkpoints_checked,
+    }
 
 
 _CHECKPOINT_MAX = 64 * 1024  # a checkpoint is a few hundred bytes
 
 
-def _read_checkpoint(path: str) -> Checkpoint:
+def _read_checkpoints(path: str) -> list[Checkpoint]:
+    """The checkpoints of a file: one checkpoint, or a JSON array of them (as ``audit
+    checkpoint --out`` writes when it signs several chains)."""
     from oarlock._input import read_input
 
     try:
@@ -285,21 +320,35 @@ def _read_checkpoint(path: str) -> Checkpoint:
         raise OarlockError(f"checkpoint {path} is nested too deeply", code="usage") from None
     except ValueError as exc:
         raise OarlockError(f"checkpoint {path} is not JSON: {exc}", code="usage") from None
-    if not isinstance(data, dict):
-        raise OarlockError(f"checkpoint {path} is not a JSON object", code="usage")
-    return Checkpoint.from_json(data)
+    items = data if isinstance(data, list) else [data]
+    if not items or not all(isinstance(item, dict) for item in items):
+        raise OarlockError(
+            f"checkpoint {path} is not a JSON object or an array of them", code="usage"
+        )
+    return [Checkpoint.from_json(item) for item in items]
 
 
 async def _checkpoint(args: argparse.Namespace, store: RunStore) -> int:
     gov = store.governance()
-    entries = await gov.ledger()
-    if not entries:
+    names = [args.chain] if args.chain else await gov.chains()
+    key = load_private_key(args.key)
+    heads: list[tuple[str, LedgerEntry]] = []
+    for name in names:
+        entries = await gov.ledger(name)
+        if entries:
+            heads.append((name, entries[-1]))
+        elif args.chain:
+            raise OarlockError(f"the ledger chain {name} is empty: nothing to sign", code="usage")
+    if not heads:
         raise OarlockError("the ledger is empty: nothing to sign", code="usage")
-    checkpoint = sign_checkpoint(entries[-1], load_private_key(args.key), now_rfc3339())
-    text = dumps(checkpoint.to_json())
+    at = now_rfc3339()
+    checkpoints = [sign_checkpoint(head, key, at, chain=name) for name, head in heads]
+    forms = [c.to_json() for c in checkpoints]
+    text = dumps(forms[0] if len(forms) == 1 else forms)
     if args.out:  # first: a file that cannot be written leaves the database as it was
         _write_file(args.out, text + "\n", "the checkpoint")
-    await gov.add_checkpoint(checkpoint)
+    for checkpoint in checkpoints:
+        await gov.add_checkpoint(checkpoint)
     print(text)
     return EXIT_OK
 

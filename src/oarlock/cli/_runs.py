@@ -1,10 +1,13 @@
 """``oarlock run``, ``runs``, ``approve``, ``deny``, ``respond``, ``resume``, ``cancel``,
 ``replay`` and ``demo``: each opens the store, does one thing, and says what happened.
 
-``runs list`` and ``runs show`` only read: they run synchronously, without asyncio, the
-engine or pydantic (the store checks the document it reads without it), so that they start
-in a few tens of milliseconds. Every command but ``run`` (and ``demo``) works on a database
-that exists: a mistyped ``--db`` is reported, never created.
+The database is an SQLite file, or a PostgreSQL database when ``--db`` (or
+``$OARLOCK_DB``) is a ``postgresql://`` or ``postgres://`` URL. ``runs list`` and ``runs
+show`` only read: on SQLite they run synchronously, without asyncio, the engine or pydantic
+(the store checks the document it reads without it), so that they start in a few tens of
+milliseconds; on PostgreSQL they read through the store. Every command but ``run`` (and
+``demo``) works on a database that exists: a mistyped ``--db`` is reported, never created,
+and a PostgreSQL database without oarlock's tables is left without them.
 
 Everything printed goes through the renderer (:mod:`oarlock._render`): ``line`` for a
 line, ``dumps`` for JSON."""
@@ -12,6 +15,7 @@ line, ``dumps`` for JSON."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,6 +25,7 @@ from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
 from oarlock.cli._show import print_runs, print_summary, timeline
 from oarlock.errors import ConfigError, ConflictError, LeaseLost, OarlockError, RunBusy
+from oarlock.store._dburl import is_postgres_url
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
 if TYPE_CHECKING:  # the engine and the models load only for commands that run agents
@@ -29,6 +34,7 @@ if TYPE_CHECKING:  # the engine and the models load only for commands that run a
     from oarlock.formats._models import RunDocument
     from oarlock.governance._approvers import ApproverKey
     from oarlock.store._base import Event, RunStore
+    from oarlock.store._postgres import PostgresStore
 
 __all__ = [
     "Command",
@@ -49,14 +55,32 @@ _CREATES = frozenset({"run"})
 _live = Live()
 
 
-def _db(args: argparse.Namespace) -> Path:
-    return Path(args.db) if args.db else default_db_path()
+def _db(args: argparse.Namespace) -> Path | str:
+    """``--db`` (else ``$OARLOCK_DB``, else the default file): a PostgreSQL URL as it is,
+    anything else a path. Shown only through the renderer, which hides a URL's password."""
+    if args.db:
+        return args.db if is_postgres_url(args.db) else Path(args.db)
+    explicit = os.environ.get("OARLOCK_DB")
+    if explicit and is_postgres_url(explicit):
+        return explicit
+    return default_db_path()
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> SQLiteStore:
+def open_store(args: argparse.Namespace, *, create: bool = False) -> SQLiteStore | PostgresStore:
     """The run database of ``--db``; unless ``create``, one that exists (else NotFound,
-    "no database at PATH")."""
-    return SQLiteStore(_db(args), create=create)
+    "no database at PATH", or for a PostgreSQL URL a database without oarlock's
+    tables)."""
+    db = _db(args)
+    if isinstance(db, str):
+        import logging
+
+        from oarlock.store._postgres import PostgresStore
+
+        # the pool's own warnings (a failed reconnection attempt) would reach the terminal
+        # unrendered; the command reports what fails through the renderer instead
+        logging.getLogger("psycopg").addHandler(logging.NullHandler())
+        return PostgresStore(db, create=create)
+    return SQLiteStore(db, create=create)
 
 
 def _tags(pairs: list[str] | None) -> dict[str, str]:
@@ -232,6 +256,34 @@ def _list(args: argparse.Namespace, store: SQLiteStore) -> int:
 def _show(args: argparse.Namespace, store: SQLiteStore) -> int:
     document = store.read_document(args.run_id)
     print("\n".join(timeline(document, store.read_events(args.run_id))))
+    return EXIT_OK
+
+
+async def _list_async(args: argparse.Namespace, store: RunStore) -> int:
+    """``runs list`` through the store (PostgreSQL)."""
+    import dataclasses
+
+    found = await store.list_runs(status=args.status, tags=_tags(args.tag), limit=args.limit)
+    runs = [dataclasses.asdict(r) for r in found]
+    if args.json:
+        print(dumps([_run_json(r) for r in runs]))
+    elif runs:
+        print_runs(runs)
+    else:
+        print("no runs")
+    return EXIT_OK
+
+
+async def _show_async(args: argparse.Namespace, store: RunStore) -> int:
+    """``runs show`` through the store (PostgreSQL)."""
+    from oarlock.formats._codec import dump
+
+    stored = await store.load(args.run_id)
+    events = [
+        {"seq": e.seq, "kind": e.kind, "at": e.at, "data": e.data}
+        for e in await store.events(args.run_id)
+    ]
+    print("\n".join(timeline(dump(stored.document), events)))
     return EXIT_OK
 
 
@@ -438,6 +490,10 @@ _READS: dict[str, ReadCommand] = {
     "runs list": _list,
     "runs show": _show,
 }
+_ASYNC_READS: dict[str, Command] = {
+    "runs list": _list_async,
+    "runs show": _show_async,
+}
 
 _COMMANDS: dict[str, Command] = {
     "run": _run,
@@ -465,7 +521,10 @@ def read_command(args: argparse.Namespace, command: ReadCommand) -> int:
     """:func:`run_command` for a command that only reads: synchronous, no event loop, and
     never creating the database."""
     try:
-        with open_store(args) as store:
+        store = open_store(args)
+        if not isinstance(store, SQLiteStore):
+            raise OarlockError("a read command needs an SQLite database", code="usage")
+        with store:
             return command(args, store)
     except OarlockError as exc:
         return refused(exc)
@@ -473,6 +532,8 @@ def read_command(args: argparse.Namespace, command: ReadCommand) -> int:
 
 def dispatch(args: argparse.Namespace) -> int:
     read = _READS.get(args.action)
+    if read is not None and isinstance(_db(args), str):
+        return run_command(args, _ASYNC_READS[args.action])
     if read is not None:
         return read_command(args, read)
     if args.action == "run":  # a bad agent file must not leave a new, empty database

@@ -39,21 +39,34 @@ entry's hash is the SHA-256 of the bytes::
 ``prevHash``, each hash covers the whole history before it: changing any earlier entry
 changes every later hash.
 
+Chains
+------
+A ledger is one chain or several: the PostgreSQL store keeps one chain per tenant (so that
+writers of different tenants do not wait for one another), the memory and SQLite stores one,
+named ``default``. Each chain is numbered and hashed on its own, from the genesis hash, and
+is verified on its own.
+
 Checkpoints
 -----------
 A hash chain alone does not stop someone who rewrites an entry and then recomputes every
 hash after it. A checkpoint closes that gap: it is a statement "entry ``seq`` of the ledger
-has hash ``entryHash``", signed with an Ed25519 key kept away from the database. Its JSON
-form is::
+chain ``chain`` has hash ``entryHash``", signed with an Ed25519 key kept away from the
+database. Its JSON form is::
 
-    {"type": "oarlock-ledger-checkpoint/1", "seq": 120, "entryHash": "sha256:...",
-     "at": "2026-11-02T10:00:00.000000Z", "keyId": "ed25519:1a2b3c4d5e6f7a8b",
-     "signature": "<base64>"}
+    {"type": "oarlock-ledger-checkpoint/2", "chain": "acme", "seq": 120,
+     "entryHash": "sha256:...", "at": "2026-11-02T10:00:00.000000Z",
+     "keyId": "ed25519:1a2b3c4d5e6f7a8b", "signature": "<base64>"}
+
+A checkpoint of type ``oarlock-ledger-checkpoint/1`` has no ``chain`` member (and its
+signature does not cover one): it is a checkpoint of the ``default`` chain. Both are read;
+:func:`sign_checkpoint` makes one of the second version when given a chain, of the first
+without.
 
 ``keyId`` is ``ed25519:`` followed by the first 16 hexadecimal digits of the SHA-256 of the
 32-byte raw public key. The signature is the Ed25519 signature over the JCS bytes of the
 checkpoint without its ``signature`` member (the object with members ``type``, ``seq``,
-``entryHash``, ``at`` and ``keyId``), written in standard base64 with padding.
+``entryHash``, ``at``, ``keyId`` and, in the second version, ``chain``), written in
+standard base64 with padding.
 
 Verification
 ------------
@@ -106,6 +119,7 @@ from oarlock.formats._jcs import canonicalize, digest, digest_bytes
 from oarlock.formats._time import is_rfc3339
 
 __all__ = [
+    "DEFAULT_CHAIN",
     "GENESIS_HASH",
     "LEDGER_ENTRY_KINDS",
     "Checkpoint",
@@ -124,13 +138,18 @@ __all__ = [
     "save_private_key",
     "sign_checkpoint",
     "verify_chain",
+    "verify_chains",
 ]
 
 GENESIS_HASH = "sha256:" + "0" * 64
 LEDGER_ENTRY_KINDS = frozenset({"invocation", "approval", "receipt", "reconciliation"})
 
-_CHECKPOINT_TYPE = "oarlock-ledger-checkpoint/1"
-_CHECKPOINT_MEMBERS = frozenset({"type", "seq", "entryHash", "at", "keyId", "signature"})
+DEFAULT_CHAIN = "default"
+_CHECKPOINT_TYPE_V1 = "oarlock-ledger-checkpoint/1"
+_CHECKPOINT_TYPE = "oarlock-ledger-checkpoint/2"
+_CHECKPOINT_MEMBERS_V1 = frozenset({"type", "seq", "entryHash", "at", "keyId", "signature"})
+_CHECKPOINT_MEMBERS = _CHECKPOINT_MEMBERS_V1 | {"chain"}
+_CHAIN_MAX = 256  # characters of a chain's name (a tenant)
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 _KEY_ID_RE = re.compile(r"ed25519:[0-9a-f]{16}", re.ASCII)
 _SIGNATURE_BYTES = 64
@@ -209,11 +228,20 @@ def next_entry(head: LedgerEntry | None, kind: str, at: str, body: dict[str, Any
 # --------------------------------------------------------------------------- checkpoints
 
 
-def checkpoint_message(seq: int, entry_hash: str, at: str, key_id: str) -> bytes:
-    """The bytes a checkpoint signature covers: the JCS form of the unsigned checkpoint."""
+def checkpoint_message(
+    seq: int, entry_hash: str, at: str, key_id: str, chain: str | None = None
+) -> bytes:
+    """The bytes a checkpoint signature covers: the JCS form of the unsigned checkpoint
+    (of the first version without ``chain``, of the second with it)."""
+    if chain is None:
+        return canonicalize(
+            {"type": _CHECKPOINT_TYPE_V1, "seq": seq, "entryHash": entry_hash, "at": at,
+             "keyId": key_id}
+        )  # fmt: skip
     return canonicalize(
-        {"type": _CHECKPOINT_TYPE, "seq": seq, "entryHash": entry_hash, "at": at, "keyId": key_id}
-    )
+        {"type": _CHECKPOINT_TYPE, "chain": chain, "seq": seq, "entryHash": entry_hash,
+         "at": at, "keyId": key_id}
+    )  # fmt: skip
 
 
 def _invalid(message: str) -> IntegrityError:
@@ -222,21 +250,31 @@ def _invalid(message: str) -> IntegrityError:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A signed statement "the ledger's entry ``seq`` has hash ``entry_hash``"."""
+    """A signed statement "entry ``seq`` of the ledger chain ``chain`` has hash
+    ``entry_hash``". ``chain`` None is a checkpoint of the first version, which names no
+    chain: one of the default chain (see :attr:`ledger_chain`)."""
 
     seq: int
     entry_hash: str
     at: str
     key_id: str
     signature: str
+    chain: str | None = None
+
+    @property
+    def ledger_chain(self) -> str:
+        """The chain the checkpoint is of."""
+        return DEFAULT_CHAIN if self.chain is None else self.chain
 
     def message(self) -> bytes:
         """The bytes :attr:`signature` signs (see :func:`checkpoint_message`)."""
-        return checkpoint_message(self.seq, self.entry_hash, self.at, self.key_id)
+        return checkpoint_message(self.seq, self.entry_hash, self.at, self.key_id, self.chain)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "type": _CHECKPOINT_TYPE,
+        data: dict[str, Any] = {"type": _CHECKPOINT_TYPE_V1}
+        if self.chain is not None:
+            data = {"type": _CHECKPOINT_TYPE, "chain": self.chain}
+        return data | {
             "seq": self.seq,
             "entryHash": self.entry_hash,
             "at": self.at,
@@ -254,14 +292,23 @@ class Checkpoint:
         """
         if not isinstance(data, Mapping):
             raise _invalid(f"expected a JSON object, got {type(data).__name__}")
-        missing = sorted(_CHECKPOINT_MEMBERS - data.keys())
+        kind = data.get("type")
+        members = _CHECKPOINT_MEMBERS if kind == _CHECKPOINT_TYPE else _CHECKPOINT_MEMBERS_V1
+        missing = sorted(members - data.keys())
         if missing:
             raise _invalid(f"missing member(s) {', '.join(missing)}")
-        unknown = sorted(str(k) for k in data.keys() - _CHECKPOINT_MEMBERS)
+        unknown = sorted(str(k) for k in data.keys() - members)
         if unknown:
             raise _invalid(f"unknown member(s) {', '.join(unknown)}")
-        if data["type"] != _CHECKPOINT_TYPE:
-            raise _invalid(f"'type' must be {_CHECKPOINT_TYPE!r}, not {data['type']!r}")
+        if kind not in (_CHECKPOINT_TYPE_V1, _CHECKPOINT_TYPE):
+            raise _invalid(
+                f"'type' must be {_CHECKPOINT_TYPE!r} or {_CHECKPOINT_TYPE_V1!r}, not {kind!r}"
+            )
+        chain = data.get("chain")
+        if kind == _CHECKPOINT_TYPE and not (
+            isinstance(chain, str) and 0 < len(chain) <= _CHAIN_MAX
+        ):
+            raise _invalid(f"'chain' must be a name of 1 to {_CHAIN_MAX} characters")
         seq, hash_, at, kid, sig = (
             data["seq"],
             data["entryHash"],
@@ -279,7 +326,7 @@ class Checkpoint:
             raise _invalid(f"'keyId' must be 'ed25519:' and 16 lowercase hex, not {kid!r}")
         if not isinstance(sig, str) or _decode_signature(sig) is None:
             raise _invalid("'signature' must be the padded base64 of a 64-byte Ed25519 signature")
-        return cls(seq=seq, entry_hash=hash_, at=at, key_id=kid, signature=sig)
+        return cls(seq=seq, entry_hash=hash_, at=at, key_id=kid, signature=sig, chain=chain)
 
 
 def _decode_signature(text: str) -> bytes | None:
@@ -293,20 +340,30 @@ def _decode_signature(text: str) -> bytes | None:
     return raw
 
 
-def sign_checkpoint(head: LedgerEntry, key: Ed25519PrivateKey, at: str) -> Checkpoint:
-    """A checkpoint for ``head`` (normally the newest entry), signed with ``key``."""
+def sign_checkpoint(
+    head: LedgerEntry, key: Ed25519PrivateKey, at: str, chain: str | None = None
+) -> Checkpoint:
+    """A checkpoint for ``head`` (normally the newest entry of its chain), signed with
+    ``key``: of the second version, naming ``chain``, when given; else of the first (a
+    checkpoint of the default chain)."""
+    if chain is not None and not (isinstance(chain, str) and 0 < len(chain) <= _CHAIN_MAX):
+        raise UsageError(
+            f"a ledger chain is a name of 1 to {_CHAIN_MAX} characters",
+            code="ledger_entry_invalid",
+        )
     if not is_rfc3339(at):
         raise UsageError(
             f"checkpoint time {at!r} is not an RFC 3339 date-time", code="ledger_entry_invalid"
         )
     kid = key_id(key.public_key())
-    signature = key.sign(checkpoint_message(head.seq, head.entry_hash, at, kid))
+    signature = key.sign(checkpoint_message(head.seq, head.entry_hash, at, kid, chain))
     return Checkpoint(
         seq=head.seq,
         entry_hash=head.entry_hash,
         at=at,
         key_id=kid,
         signature=base64.b64encode(signature).decode("ascii"),
+        chain=chain,
     )
 
 
@@ -598,7 +655,7 @@ def _checkpoint_shape_problem(cp: object) -> LedgerProblem | None:
         return LedgerProblem(None, "malformed", f"got a {type(cp).__name__}, not a checkpoint")
     if type(cp.seq) is not int or cp.seq < 1:
         return LedgerProblem(None, "malformed", f"checkpoint seq {cp.seq!r} is not a positive int")
-    fields = (cp.entry_hash, cp.at, cp.key_id, cp.signature)
+    fields = (cp.entry_hash, cp.at, cp.key_id, cp.signature, cp.ledger_chain)
     if not all(isinstance(f, str) for f in fields):
         return LedgerProblem(
             cp.seq, "malformed", f"checkpoint of entry {cp.seq}: wrong field types"
@@ -684,3 +741,23 @@ def verify_chain(
         signatures_verified=bool(trusted),
         problems=problems,
     )
+
+
+def verify_chains(
+    chains: Mapping[str, Iterable[LedgerEntry]],
+    checkpoints: Iterable[Checkpoint] = (),
+    public_keys: Iterable[Ed25519PublicKey] = (),
+) -> dict[str, VerifyReport]:
+    """:func:`verify_chain` for each chain of a ledger (by name, entries in ``seq``
+    order), each against the checkpoints of that chain. A chain that only a checkpoint
+    names is checked as an empty chain (its entries were removed: ``truncated``).
+    Reports by chain name, in name order."""
+    keys = list(public_keys)
+    by_chain: dict[str, list[Checkpoint]] = {}
+    for cp in checkpoints:
+        name = cp.ledger_chain if isinstance(cp, Checkpoint) else DEFAULT_CHAIN
+        by_chain.setdefault(name, []).append(cp)
+    names = sorted(set(chains) | set(by_chain))
+    return {
+        name: verify_chain(chains.get(name, ()), by_chain.get(name, ()), keys) for name in names
+    }

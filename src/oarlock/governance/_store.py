@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from oarlock.errors import ConflictError, NotFound
 from oarlock.formats._jcs import canonicalize, digest_bytes, loads_jcs
 from oarlock.governance._ledger import (
+    DEFAULT_CHAIN,
     GENESIS_HASH,
     Checkpoint,
     LedgerEntry,
@@ -151,8 +152,14 @@ class GovernanceStore(Protocol):
         """A stored result by its reference. Raises NotFound."""
         ...
 
-    async def ledger(self) -> list[LedgerEntry]:
-        """Every ledger entry, by sequence number."""
+    async def ledger(self, chain: str | None = None) -> list[LedgerEntry]:
+        """The entries of one ledger chain, by sequence number; without ``chain``, every
+        entry of every chain, chain by chain (see :meth:`chains`)."""
+        ...
+
+    async def chains(self) -> list[str]:
+        """The names of the ledger's chains that hold entries, in order (the memory and
+        SQLite stores have one, ``default``; the PostgreSQL store one per tenant)."""
         ...
 
     async def add_checkpoint(self, checkpoint: Checkpoint) -> None: ...
@@ -393,10 +400,16 @@ class MemoryGovernanceStore:
             except KeyError:
                 raise NotFound(f"no artifact {ref}") from None
 
-    async def ledger(self) -> list[LedgerEntry]:
+    async def ledger(self, chain: str | None = None) -> list[LedgerEntry]:
+        if chain not in (None, DEFAULT_CHAIN):
+            return []
         with self._lock:
             entries = list(self._entries)
         return [LedgerEntry(q, k, a, loads_jcs(b), p, h) for q, k, a, b, p, h in entries]
+
+    async def chains(self) -> list[str]:
+        with self._lock:
+            return [DEFAULT_CHAIN] if self._entries else []
 
     async def add_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._lock:

@@ -12,12 +12,14 @@ from oarlock._lazy import lazy_exports
 if TYPE_CHECKING:
     from oarlock.store._base import EVENT_KINDS, Event, RunStore, RunSummary, StoredRun
     from oarlock.store._memory import MemoryStore
+    from oarlock.store._postgres import PostgresStore
     from oarlock.store._sqlite import SQLiteStore, default_db_path
 
 __all__ = [
     "EVENT_KINDS",
     "Event",
     "MemoryStore",
+    "PostgresStore",
     "RunStore",
     "RunSummary",
     "SQLiteStore",
@@ -32,6 +34,7 @@ _WHERE = {
     "RunSummary": "_base",
     "StoredRun": "_base",
     "MemoryStore": "_memory",
+    "PostgresStore": "_postgres",
     "SQLiteStore": "_sqlite",
     "default_db_path": "_sqlite",
 }

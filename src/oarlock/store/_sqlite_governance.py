@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from oarlock.errors import CanonicalizationError, ConflictError, IntegrityError, NotFound
 from oarlock.formats._jcs import canonicalize, loads_jcs
 from oarlock.governance._ledger import (
+    DEFAULT_CHAIN,
     GENESIS_HASH,
     Checkpoint,
     LedgerEntry,
@@ -382,7 +383,12 @@ class SQLiteGovernanceStore:
             )
         return data
 
-    async def ledger(self) -> list[LedgerEntry]:
+    async def chains(self) -> list[str]:
+        return [DEFAULT_CHAIN] if self._read("ledger_head", {}) else []
+
+    async def ledger(self, chain: str | None = None) -> list[LedgerEntry]:
+        if chain not in (None, DEFAULT_CHAIN):
+            return []
         entries = []
         for row in self._read("ledger_all", {}):
             try:

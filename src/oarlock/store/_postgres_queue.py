@@ -1,0 +1,210 @@
+"""The run queue of the PostgreSQL store (the protocol is :mod:`oarlock.store._queue`).
+
+A claim is one statement: ``UPDATE runs ... WHERE id IN (SELECT ... ORDER BY place LIMIT n
+FOR UPDATE SKIP LOCKED) RETURNING ...``, so two claimers never take one run and neither
+waits for the other. Each claim increments the run's lease epoch.
+
+Fairness, round-robin across tenants: a run takes its place in the queue when it becomes
+running (created running, or saved running from another status), one after the later of
+the queue's head (the smallest place of a running run) and the last place its tenant
+holds (ties go by run id). Each tenant's runs keep the order in which they became runnable,
+and the runs of tenants that queue at once interleave: when one tenant has 10,000 runs
+queued, another tenant's new run takes the place after the head, beside the first
+tenant's second run, not behind its 10,000th. A run keeps its place while it is
+running (a lease released, or lost to a dead worker, puts it back where it stood).
+
+Leases, heartbeats and the runnable test use the database's clock, so that workers on
+machines whose clocks differ agree on when a lease ends.
+
+Wake-ups: the statement that makes a run runnable (a create or save that makes it
+running, a release of a running run) sends ``NOTIFY oarlock_work`` with the tenant as
+payload, delivered when it commits. :meth:`wait_for_work` listens on a connection of its
+own; a lost notification (a dropped listener, say) delays work by one poll at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from oarlock.errors import LeaseLost, NotFound, RunBusy, StoreError, UsageError
+from oarlock.store._postgres_base import PgBase, pg_queries
+from oarlock.store._queue import Lease, WorkerInfo
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+__all__ = ["PostgresQueue"]
+
+_CHANNEL = "oarlock_work"
+
+
+def _q(name: str) -> str:
+    return pg_queries("postgres_queries.sql")[name]
+
+
+def _seconds(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"{what} must be a number of seconds", code="usage")
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{what} must be a finite number of seconds above 0", code="usage")
+    return float(value)
+
+
+def _names(values: Sequence[str] | None, what: str) -> list[str] | None:
+    if values is None:
+        return None
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise UsageError(f"{what} must be a list of names", code="usage")
+    return list(values)
+
+
+def _lease(row: dict[str, Any]) -> Lease:
+    return Lease(
+        run_id=row["id"],
+        owner=row["lease_owner"],
+        epoch=int(row["lease_epoch"]),
+        until=float(row["lease_until"]),
+        tenant=row["tenant"],
+        queue=row["queue"],
+        agent_ref=row["agent_ref"],
+    )
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class PostgresQueue(PgBase):
+    """Leases on runnable runs, in the PostgreSQL store."""
+
+    async def _rows(self, doing: str, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rows of one writing statement, committed alone."""
+
+        async def work(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
+            from psycopg.rows import dict_row
+
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(_q(name), params)
+            return await cur.fetchall() if cur.description else []
+
+        return await self.run(doing, work, transaction=False)
+
+    async def claim(
+        self,
+        owner: str,
+        *,
+        limit: int,
+        lease_seconds: float,
+        tenants: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+    ) -> list[Lease]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise UsageError("limit must be a whole number of runs, 0 or more", code="usage")
+        params = {
+            "owner": owner,
+            "limit": limit,
+            "seconds": _seconds(lease_seconds, "lease_seconds"),
+            "tenants": _names(tenants, "tenants"),
+            "queues": _names(queues, "queues"),
+        }
+        if limit == 0:
+            return []
+        rows = await self._rows("claiming runs", "claim_runs", params)
+        rows.sort(key=lambda r: (r["place"] is None, r["place"] or 0, r["id"]))
+        return [_lease(row) for row in rows]
+
+    async def claim_run(self, run_id: str, owner: str, *, lease_seconds: float) -> Lease:
+        params = {
+            "id": run_id,
+            "owner": owner,
+            "seconds": _seconds(lease_seconds, "lease_seconds"),
+        }
+        for _ in range(3):  # the holder may let go between the two statements
+            rows = await self._rows(f"claiming run {run_id}", "claim_run", params)
+            if rows:
+                return _lease(rows[0])
+            held = await self.fetch(f"reading run {run_id}", _q("holder"), {"id": run_id})
+            if not held:
+                raise NotFound(f"no run {run_id}")
+            holder, until = held[0]["lease_owner"], held[0]["lease_until"]
+            if holder is not None and isinstance(until, int | float):
+                raise RunBusy(
+                    f"run {run_id} is held by worker {holder} until {_when(float(until))}"
+                )
+        raise RunBusy(f"run {run_id} is held by another worker")
+
+    async def renew(self, lease: Lease, lease_seconds: float) -> Lease:
+        params = {
+            "id": lease.run_id,
+            "epoch": lease.epoch,
+            "owner": lease.owner,
+            "seconds": _seconds(lease_seconds, "lease_seconds"),
+        }
+        rows = await self._rows(f"renewing the lease on run {lease.run_id}", "renew", params)
+        if not rows:
+            raise LeaseLost(
+                f"run {lease.run_id}: the lease of epoch {lease.epoch} held by {lease.owner} "
+                "was lost"
+            )
+        from dataclasses import replace
+
+        return replace(lease, until=float(rows[0]["lease_until"]))
+
+    async def release(self, lease: Lease) -> None:
+        params = {"id": lease.run_id, "epoch": lease.epoch, "owner": lease.owner}
+        await self._rows(f"releasing run {lease.run_id}", "release", params)
+
+    async def heartbeat(self, worker: WorkerInfo) -> None:
+        params = {
+            "owner": worker.owner,
+            "host": worker.host,
+            "pid": worker.pid,
+            "started_at": worker.started_at,
+            "concurrency": worker.concurrency,
+        }
+        await self._rows(f"recording the heartbeat of {worker.owner}", "heartbeat", params)
+
+    async def workers(self, *, within_seconds: float) -> list[WorkerInfo]:
+        within = _seconds(within_seconds, "within_seconds")
+        rows = await self.fetch("listing workers", _q("workers"), {"within": within})
+        return [
+            WorkerInfo(
+                owner=row["owner"],
+                host=row["host"],
+                pid=int(row["pid"]),
+                started_at=row["started_at"],
+                heartbeat_at=row["heartbeat_at"],
+                concurrency=int(row["concurrency"]),
+                held=tuple(row["held"] or ()),
+            )
+            for row in rows
+        ]
+
+    async def leases(self) -> list[Lease]:
+        return [_lease(row) for row in await self.fetch("listing leases", _q("leases"))]
+
+    async def wait_for_work(self, timeout: float) -> None:
+        import psycopg
+
+        timeout = max(0.0, float(timeout)) if math.isfinite(timeout) else 0.0
+        await self._pool()  # the schema is checked, and this loop's state exists
+        here = self._here
+        assert here is not None
+        if here.listener is None or here.listener.closed:
+            try:
+                listener = await self.connect()
+                await listener.execute(f"LISTEN {_CHANNEL}")
+            except (psycopg.Error, OSError, StoreError):
+                await asyncio.sleep(timeout)  # the server is away: poll, do not spin
+                return
+            here.listener = listener
+        try:
+            async for _ in here.listener.notifies(timeout=timeout, stop_after=1):
+                break
+        except psycopg.Error:
+            await here.listener.close()
+            here.listener = None  # a new listener next time; work may have appeared

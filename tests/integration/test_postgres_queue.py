@@ -1,0 +1,331 @@
+"""The run queue and fencing of the PostgreSQL store: claims behind a barrier never take a
+run twice, tenants are served round-robin, the claim query is planned on an index, a lease
+lost to a later epoch refuses every write of its holder (the run's save, and the begin,
+take-over, finish and refusal of its tool calls) and nothing it tried is stored; wake-ups
+are sent when a run becomes runnable."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgtest
+from oarlock.errors import ConflictError, LeaseLost, NotFound, RunBusy
+from oarlock.formats import RunDocument, dump_run, parse_run
+from oarlock.formats._jcs import digest
+from oarlock.governance._records import Claim
+from oarlock.store import Event
+from oarlock.store._postgres import PostgresStore
+from oarlock.store._postgres_base import pg_queries
+from oarlock.store._queue import Lease, RunQueue, WorkerInfo
+
+EXAMPLE = "examples/runs/refund-waiting-approval.json"
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+def doc(run_id: str, status: str = "running") -> RunDocument:
+    from conftest import load_example
+
+    data = load_example(EXAMPLE.removeprefix("examples/"))
+    data.update(id=run_id, status=status)
+    if status != "waiting_approval":
+        data["pendingApprovals"] = []
+    return parse_run(data)
+
+
+def changed(document: RunDocument, **members: Any) -> RunDocument:
+    return parse_run({**dump_run(document), **members})
+
+
+@pytest.fixture
+def url() -> str:
+    return pgtest.new_database()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def raw(url: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def test_is_a_run_queue(url: str) -> None:
+    assert isinstance(PostgresStore(url), RunQueue)
+
+
+async def test_claims_behind_a_barrier_never_take_a_run_twice(url: str) -> None:
+    async with PostgresStore(url) as store:
+        for i in range(60):
+            await store.create(doc(f"r{i:02d}"), [], tenant=f"t{i % 3}")
+    claimed: list[list[Lease]] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8, timeout=30)
+
+    def worker(n: int) -> None:
+        async def go() -> list[Lease]:
+            async with PostgresStore(url) as store:
+                await store.open()
+                barrier.wait()
+                return await store.claim(f"w{n}", limit=5, lease_seconds=30)
+
+        try:
+            claimed.append(asyncio.run(go()))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    leases = [lease for batch in claimed for lease in batch]
+    ids = [lease.run_id for lease in leases]
+    assert len(ids) == len(set(ids)) == 40  # 8 claimers x 5, none twice
+    assert {lease.epoch for lease in leases} == {1}
+    rows = raw(url, "SELECT id, lease_owner, lease_epoch FROM runs WHERE lease_owner IS NOT NULL")
+    assert {(r[0], r[1]) for r in rows} == {(lease.run_id, lease.owner) for lease in leases}
+
+
+async def test_a_flooding_tenant_does_not_starve_another(url: str) -> None:
+    async with PostgresStore(url) as store:
+        for i in range(200):
+            await store.create(doc(f"a{i:03d}"), [], tenant="flood")
+        await store.create(doc("b"), [], tenant="quiet")
+        served = [(await store.claim("w", limit=1, lease_seconds=30))[0] for _ in range(3)]
+        # the quiet tenant's run shares the second place with the flood's second run
+        assert [lease.run_id for lease in served] == ["a000", "a001", "b"]
+        # each tenant's runs in the order they became runnable
+        more = await store.claim("w", limit=3, lease_seconds=30)
+        assert [lease.run_id for lease in more] == ["a002", "a003", "a004"]
+        # a claim of one tenant's runs only
+        await store.create(doc("c"), [], tenant="quiet")
+        (only,) = await store.claim("w", limit=5, lease_seconds=30, tenants=["quiet"])
+        assert only.run_id == "c"
+        assert await store.claim("w", limit=5, lease_seconds=30, queues=["other"]) == []
+
+
+def test_the_claim_query_uses_an_index(url: str) -> None:
+    raw(
+        url,
+        "INSERT INTO runs (id, tenant, queue, agent, status, turns, created_at, updated_at, "
+        "version, document, place) SELECT 'run-' || g, 't' || (g % 7), 'default', 'a', "
+        "CASE WHEN g % 10 = 0 THEN 'running' ELSE 'completed' END, 1, 'x', 'x', 1, "
+        "'\\x7b7d'::bytea, CASE WHEN g % 10 = 0 THEN g END FROM generate_series(1, 20000) g",
+    )
+    raw(url, "ANALYZE runs")
+    params = {"owner": "w", "limit": 10, "seconds": 30.0, "tenants": None, "queues": None}
+    with psycopg.connect(url, autocommit=True) as conn:
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN " + pg_queries("postgres_queries.sql")["claim_runs"], params
+            ).fetchall()
+        )
+    assert "runs_queued" in plan, plan
+    assert "Seq Scan on runs" not in plan, plan
+
+
+async def test_claim_run_renew_release_and_leases(url: str) -> None:
+    async with PostgresStore(url) as store:
+        await store.create(doc("r1"), [])
+        held = await store.claim_run("r1", "w1", lease_seconds=30)
+        assert (held.owner, held.epoch, held.tenant) == ("w1", 1, "default")
+        with pytest.raises(RunBusy, match="w1"):
+            await store.claim_run("r1", "w2", lease_seconds=30)
+        again = await store.claim_run("r1", "w1", lease_seconds=30)  # its own: a new epoch
+        assert again.epoch == 2
+        with pytest.raises(LeaseLost):
+            await store.renew(held, 30)
+        renewed = await store.renew(again, 60)
+        assert renewed.epoch == 2 and renewed.until > again.until
+        assert [lease.run_id for lease in await store.leases()] == ["r1"]
+        listed = {r.id: r for r in await store.list_runs()}
+        assert listed["r1"].holder == "w1" and listed["r1"].lease_until == renewed.until
+        await store.release(held)  # a lost lease: nothing happens
+        assert [lease.epoch for lease in await store.leases()] == [2]
+        await store.release(renewed)
+        assert await store.leases() == []
+        assert (await store.list_runs())[0].holder is None
+        (back,) = await store.claim("w3", limit=5, lease_seconds=30)
+        assert (back.run_id, back.epoch) == ("r1", 3)
+        with pytest.raises(NotFound):
+            await store.claim_run("ghost", "w1", lease_seconds=30)
+
+
+async def test_an_expired_lease_returns_to_the_queue(url: str) -> None:
+    async with PostgresStore(url) as store:
+        await store.create(doc("r1"), [])
+        (first,) = await store.claim("dead", limit=1, lease_seconds=0.2)
+        assert await store.claim("w2", limit=1, lease_seconds=30) == []
+        await asyncio.sleep(0.4)
+        (second,) = await store.claim("w2", limit=1, lease_seconds=30)
+        assert (second.run_id, second.epoch) == ("r1", first.epoch + 1)
+        assert await store.claim("w3", limit=1, lease_seconds=30) == []  # claimed once
+
+
+async def test_a_lease_lost_to_a_later_epoch_refuses_every_write(url: str) -> None:
+    async with PostgresStore(url) as store:
+        gov = store.governance()
+        first_doc = doc("r1")
+        await store.create(first_doc, [Event("run_created", NOW)])
+        (zombie,) = await store.claim("zombie", limit=1, lease_seconds=0.2)
+        await asyncio.sleep(0.4)
+        (live,) = await store.claim("live", limit=1, lease_seconds=30)
+        assert live.epoch == zombie.epoch + 1
+        before = raw(url, "SELECT version, document FROM runs")
+        events = await store.events("r1")
+
+        with pytest.raises(LeaseLost, match="epoch"):
+            await store.save(changed(first_doc, turns=9), 1, [Event("status_changed", NOW)],
+                             lease=zombie)  # fmt: skip
+        inv = invocation("k1")
+        claim = claim_for(inv, "r1", zombie.epoch)
+        with pytest.raises(LeaseLost):
+            await gov.begin(inv, claim, approval_id=None, grant=None, at=NOW, fence=zombie)
+        with pytest.raises(LeaseLost):
+            await gov.refuse(inv, receipt_for(inv, "Denied"), NOW, fence=zombie)
+        assert raw(url, "SELECT version, document FROM runs") == before
+        assert await store.events("r1") == events
+        assert raw(url, "SELECT count(*) FROM claims")[0][0] == 0
+        assert await gov.ledger() == []
+
+        # the live holder writes; then the zombie cannot finish or take over its call
+        assert await store.save(changed(first_doc, turns=2), 1, [], lease=live) == 2
+        live_claim = claim_for(inv, "r1", live.epoch)
+        assert await gov.begin(inv, live_claim, approval_id=None, grant=None, at=NOW,
+                               fence=live) is None  # fmt: skip
+        held = await gov.claim_of("acme", "charge", "k1")
+        assert held is not None
+        assert (held.claim.run_id, held.claim.epoch, held.run_epoch) == ("r1", 2, 2)
+        with pytest.raises(LeaseLost):
+            await gov.finish(receipt_for(inv), result=b"x", at=NOW, fence=zombie)
+        retry = invocation("k1")
+        with pytest.raises(LeaseLost):
+            await gov.take_over(live_claim, claim_for(retry, "r1", zombie.epoch), retry, NOW,
+                                fence=zombie)  # fmt: skip
+        assert (await gov.load(inv["invocationId"]))[1] is None
+        await gov.finish(receipt_for(inv), result=b"x", at=NOW, fence=live)
+        assert [e.kind for e in await gov.ledger()] == ["invocation", "receipt"]
+
+        # a save with a lease of another run, a stale version under a live lease
+        with pytest.raises(LeaseLost):
+            await store.save(doc("r2"), 1, [], lease=live)
+        with pytest.raises(ConflictError) as info:
+            await store.save(changed(first_doc, turns=3), 1, [], lease=live)
+        assert not isinstance(info.value, LeaseLost)
+        # a claim of the run by another moves the epoch on: the live holder loses it too
+        await store.release(live)
+        await store.claim_run("r1", "operator", lease_seconds=30)
+        with pytest.raises(LeaseLost):
+            await store.save(changed(first_doc, turns=3), 2, [], lease=live)
+
+
+async def test_a_released_lease_is_lost_for_writes(url: str) -> None:
+    async with PostgresStore(url) as store:
+        first_doc = doc("r1")
+        await store.create(first_doc, [])
+        (lease,) = await store.claim("w", limit=1, lease_seconds=30)
+        await store.release(lease)
+        with pytest.raises(LeaseLost):
+            await store.save(changed(first_doc, turns=2), 1, [], lease=lease)
+        assert await store.save(changed(first_doc, turns=2), 1, []) == 2  # unfenced: fine
+
+
+async def test_wake_ups_are_sent_when_a_run_becomes_runnable(url: str) -> None:
+    async with PostgresStore(url) as waiter, PostgresStore(url) as writer:
+        await waiter.wait_for_work(0.01)  # listening from now on
+
+        async def woken(action: Any) -> float:
+            started = time.monotonic()
+            task = asyncio.create_task(waiter.wait_for_work(10))
+            await asyncio.sleep(0.05)
+            await action()
+            await asyncio.wait_for(task, 10)
+            return time.monotonic() - started
+
+        assert await woken(lambda: writer.create(doc("r1"), [])) < 5
+        waiting = doc("r2", status="waiting_approval")
+        await writer.create(waiting, [])
+        running = changed(waiting, status="running", pendingApprovals=[])
+        assert await woken(lambda: writer.save(running, 1, [])) < 5
+        (lease,) = await writer.claim("w", limit=1, lease_seconds=30)
+        assert await woken(lambda: writer.release(lease)) < 5
+        # nothing runnable appears: the wait lasts its timeout
+        started = time.monotonic()
+        await waiter.wait_for_work(0.3)
+        assert time.monotonic() - started >= 0.25
+
+
+async def test_heartbeats_and_workers(url: str) -> None:
+    async with PostgresStore(url) as store:
+        await store.create(doc("r1"), [])
+        info = WorkerInfo("w1", "host-a", 123, NOW, NOW, 4)
+        await store.heartbeat(info)
+        await store.heartbeat(WorkerInfo("w2", "host-b", 7, NOW, NOW, 1))
+        await store.claim("w1", limit=1, lease_seconds=30)
+        workers = {w.owner: w for w in await store.workers(within_seconds=60)}
+        assert set(workers) == {"w1", "w2"}
+        assert workers["w1"].held == ("r1",) and workers["w2"].held == ()
+        assert (workers["w1"].host, workers["w1"].pid, workers["w1"].concurrency) == (
+            "host-a", 123, 4)  # fmt: skip
+        raw(url, "UPDATE workers SET heartbeat_at = now() - interval '1 hour' WHERE owner='w2'")
+        assert [w.owner for w in await store.workers(within_seconds=60)] == ["w1"]
+
+
+async def test_runs_are_listed_by_tenant(url: str) -> None:
+    async with PostgresStore(url) as store:
+        await store.create(doc("a1"), [], tenant="acme", queue="fast")
+        await store.create(doc("g1"), [], tenant="globex")
+        assert [r.id for r in await store.list_runs(tenant="acme")] == ["a1"]
+        assert {r.tenant for r in await store.list_runs()} == {"acme", "globex"}
+        (lease,) = await store.claim("w", limit=5, lease_seconds=30, queues=["fast"])
+        assert (lease.run_id, lease.queue, lease.tenant) == ("a1", "fast", "acme")
+
+
+# --- records ---------------------------------------------------------------------------
+
+
+def invocation(key: str) -> dict[str, Any]:
+    arguments = {"order_id": "o1"}
+    return {
+        "invocationId": str(uuid.uuid4()),
+        "toolId": "charge",
+        "schemaVersion": "1",
+        "scope": {"tenantId": "acme"},
+        "runId": str(uuid.uuid4()),
+        "stepId": str(uuid.uuid4()),
+        "attemptId": str(uuid.uuid4()),
+        "sideEffectClass": "spend",
+        "idempotencyKey": key,
+        "arguments": arguments,
+        "argumentsHash": digest(arguments),
+        "policyDecision": {
+            "decisionId": str(uuid.uuid4()),
+            "effect": "allow",
+            "policyId": "p",
+            "evaluatedAt": NOW,
+        },
+    }
+
+
+def claim_for(inv: dict[str, Any], run_id: str, epoch: int) -> Claim:
+    return Claim("acme", inv["toolId"], inv["idempotencyKey"], inv["invocationId"],
+                 inv["argumentsHash"], "h:1:1", NOW, 0.0, run_id, epoch)  # fmt: skip
+
+
+def receipt_for(inv: dict[str, Any], status: str = "Succeeded") -> dict[str, Any]:
+    body: dict[str, Any] = {"invocationId": inv["invocationId"], "status": status, "startedAt": NOW}
+    if status == "Denied":
+        body["error"] = {"code": "denied", "message": "x"}
+    body["receiptHash"] = digest(body)
+    return body
