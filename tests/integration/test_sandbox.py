@@ -130,12 +130,13 @@ def test_a_one_gigabyte_write_stops_at_its_file_limit(runner: SandboxRunner) -> 
 
 
 def test_grandchildren_do_not_outlive_the_timeout(runner: SandboxRunner) -> None:
-    script = "sh -c 'setsid sh -c \"sleep 300 & echo $! > grandchild; wait\" &' ; sleep 300"
+    mark = f"{300 + os.getpid() % 1000}.{time.monotonic_ns() % 10**6}"  # this test's own
+    script = f"sh -c 'setsid sh -c \"sleep {mark} & echo $! > grandchild; wait\" &' ; sleep {mark}"
     t0 = time.monotonic()
     result = sh(runner, script, limits=SandboxLimits(timeout_seconds=1))
     assert result.error_code == "timeout" and time.monotonic() - t0 < 5
     time.sleep(0.3)
-    leftovers = [p for p in _processes() if "sleep 300" in p]
+    leftovers = [p for p in _processes() if f"sleep {mark}" in p]
     assert leftovers == []
 
 
