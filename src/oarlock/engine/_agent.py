@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oarlock._config import Problems, need_number, need_whole
+from oarlock.engine._output import OutputSpec
 from oarlock.errors import ConfigError
 from oarlock.governance._approvers import TrustedApprovers
 from oarlock.governance._policy import PolicyEngine
@@ -17,6 +19,9 @@ from oarlock.models._pricing import Price, PricingTable
 from oarlock.tools._tool import Tool, Toolset
 
 if TYPE_CHECKING:
+    from oarlock.engine._result import RunResult
+    from oarlock.engine._runner import Runner
+    from oarlock.formats._models import Message
     from oarlock.sandbox._runner import SandboxRunner
     from oarlock.tools._mcp import MCPServerConfig
 
@@ -47,6 +52,14 @@ class Limits:
             raise problems.error("limits")
 
 
+def _caller_module() -> str | None:
+    """The module that made the agent (the frame above ``Agent.__init__``)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("oarlock."):
+        frame = frame.f_back  # type: ignore[assignment]
+    return None if frame is None else frame.f_globals.get("__name__")
+
+
 class Agent:
     """What a runner runs. ``price`` is the model's price, or None when the table has none
     (then a cost limit is refused here, and costs are marked unknown, never zero).
@@ -59,7 +72,7 @@ class Agent:
     def __init__(
         self,
         name: str,
-        model: ModelAdapter,
+        model: ModelAdapter | str,
         *,
         instructions: str = "",
         tools: Iterable[Tool | Callable[..., Any]] | Toolset = (),
@@ -74,9 +87,15 @@ class Agent:
         mcp_servers: Sequence[MCPServerConfig] = (),
         approvers: TrustedApprovers | None = None,
         sandbox: SandboxRunner | None = None,
+        output_type: Any = None,
+        output_retries: int = 3,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError("an agent needs a name (a non-empty string)")
+        if isinstance(model, str):
+            from oarlock.models._registry import model_for
+
+            model = model_for(model)
         self.name, self.model, self.instructions = name, model, instructions
         self.tools = tools if isinstance(tools, Toolset) else Toolset(tools)
         self.limits = limits or Limits()
@@ -85,6 +104,9 @@ class Agent:
             raise ConfigError("an agent's tenant must be a non-empty string")
         self.tenant, self.policy, self.approvers = tenant, policy, approvers
         self.sandbox = sandbox
+        self.output = OutputSpec(output_type, retries=output_retries)
+        self._module = _caller_module()
+        self._quick: Runner | None = None
         self.mcp_servers = tuple(mcp_servers)
         scope: dict[str, Any] = {"tenantId": tenant}
         for key, value in (
@@ -101,6 +123,55 @@ class Agent:
         if self.limits.max_cost_usd is not None:
             self.pricing.require(model.model_id)
 
+    @property
+    def ref(self) -> str | None:
+        """Where another process finds this agent: ``module:name`` for an agent bound to a
+        name at the top level of the module that made it (not ``__main__``), else None."""
+        module = sys.modules.get(self._module or "")
+        if module is None or self._module == "__main__":
+            return None
+        for name, value in vars(module).items():
+            if value is self and not name.startswith("_"):
+                return f"{self._module}:{name}"
+        return None
+
+    async def run(
+        self,
+        input: str,
+        *,
+        deps: Any = None,
+        message_history: Sequence[Message] = (),
+        tags: dict[str, str] | None = None,
+    ) -> RunResult[Any]:
+        """Run ``input`` on a store in memory kept by the agent (for quick use; a durable
+        run is ``Runner(agent, store).run(...)``) until it finishes or waits for a human."""
+        return await self._runner().run(
+            input, deps=deps, message_history=message_history, tags=tags
+        )
+
+    def run_sync(
+        self,
+        input: str,
+        *,
+        deps: Any = None,
+        message_history: Sequence[Message] = (),
+        tags: dict[str, str] | None = None,
+    ) -> RunResult[Any]:
+        """:meth:`run` from code that is not async (a script; a notebook)."""
+        from oarlock.engine._result import synchronously
+
+        return synchronously(
+            self.run(input, deps=deps, message_history=message_history, tags=tags)
+        )
+
+    def _runner(self) -> Runner:
+        if self._quick is None:
+            from oarlock.engine._runner import Runner
+            from oarlock.store._memory import MemoryStore
+
+            self._quick = Runner(self, MemoryStore())
+        return self._quick
+
     def with_model(self, model: ModelAdapter) -> Agent:
         """This agent (tools, limits, scope, policy, prices) with another model. The
         toolset is its own, so that MCP tools one of them connects do not appear in the
@@ -109,7 +180,7 @@ class Agent:
         if self.limits.max_cost_usd is not None:
             self.pricing.require(model.model_id)
         other = copy.copy(self)
-        other.model, other.tools = model, Toolset(self.tools)
+        other.model, other.tools, other._quick = model, Toolset(self.tools), None
         other.price = self.pricing.price(model.model_id)
         return other
 

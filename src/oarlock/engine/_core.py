@@ -16,14 +16,15 @@ together, so every state below is one a crash can leave, and one a resume contin
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from oarlock.errors import DecisionRefused, RunStateError
 from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import (
     AssistantMessage,
+    Message,
     PendingApproval,
     RunDocument,
     RunStatus,
@@ -47,6 +48,7 @@ __all__ = [
     "apply_decision",
     "cancel",
     "check_decision",
+    "continue_run",
     "expire_approvals",
     "fail",
     "lapsed",
@@ -56,6 +58,7 @@ __all__ = [
     "on_model_response",
     "on_tools_planned",
     "on_tools_ran",
+    "retry_run",
 ]
 
 TERMINAL: frozenset[str] = frozenset(
@@ -106,7 +109,12 @@ def new_run(
     input: str,
     now: str,
     tags: dict[str, str] | None = None,
+    history: Sequence[Message] = (),
 ) -> tuple[RunDocument, list[Event]]:
+    """A new run whose conversation is ``history`` (earlier messages, copied), then
+    ``input``; its turns count the assistant messages of the history."""
+    earlier = [m.model_copy(deep=True) for m in history]
+    _check_history(earlier)
     doc = RunDocument(
         format="oar/0.2",
         id=run_id,
@@ -114,17 +122,77 @@ def new_run(
         model=model,
         input=input,
         status="running",
-        messages=[UserMessage(role="user", content=[TextPart(type="text", text=input)])],
+        messages=[*earlier, UserMessage(role="user", content=[TextPart(type="text", text=input)])],
         pending_approvals=[],
         buffered_tool_results=[],
         usage=Usage(input_tokens=0, output_tokens=0, cost_usd=0),
-        turns=0,
+        turns=sum(1 for m in earlier if isinstance(m, AssistantMessage)),
         created_at=now,
         updated_at=now,
     )
     if tags:
         doc.tags = dict(tags)
     return doc, [_ev("run_created", now, agent=agent, model=model, tags=tags or {})]
+
+
+def _check_history(messages: list[Message]) -> None:
+    """Earlier messages a run may start from: every tool call answered before the next
+    user text, so that the history is a conversation a model accepts."""
+    open_calls: set[str] = set()
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            if open_calls:
+                raise RunStateError(
+                    "message history: tool calls without results: " + ", ".join(sorted(open_calls)),
+                    code="history_invalid",
+                )
+            open_calls = {c.id for c in message.tool_calls}
+        else:
+            for part in message.content:
+                if isinstance(part, ToolResultPart):
+                    open_calls.discard(part.tool_call_id)
+    if open_calls:
+        raise RunStateError(
+            "message history ends with tool calls that have no results: "
+            + ", ".join(sorted(open_calls)),
+            code="history_invalid",
+        )
+
+
+CONTINUABLE: frozenset[str] = frozenset({"completed"})
+RETRYABLE: frozenset[str] = frozenset({"failed", "halted_max_turns", "halted_budget"})
+
+
+def continue_run(doc: RunDocument, text: str, now: str) -> list[Event]:
+    """Continue a completed run with a new user message: the conversation grows in one
+    document, which runs again."""
+    if doc.status not in CONTINUABLE:
+        raise RunStateError(
+            f"run {doc.id} is {doc.status}: only a completed run continues with a new message",
+            code="run_state",
+        )
+    doc.messages.append(UserMessage(role="user", content=[TextPart(type="text", text=text)]))
+    _clear(doc, "result")
+    doc.updated_at = now
+    return [_ev("user_message", now, text=text), *_status(doc, "running", now)]
+
+
+def retry_run(doc: RunDocument, now: str) -> list[Event]:
+    """Run again a run that stopped short (failed, or halted at a limit since raised) from
+    its last committed step: its error is cleared, its conversation kept."""
+    if doc.status not in RETRYABLE:
+        raise RunStateError(
+            f"run {doc.id} is {doc.status}: only a failed or halted run is retried",
+            code="run_state",
+        )
+    _clear(doc, "error")
+    return _status(doc, "running", now)
+
+
+def _clear(doc: RunDocument, member: str) -> None:
+    """Take an optional member out of the document (not null: absent)."""
+    setattr(doc, member, None)
+    doc.model_fields_set.discard(member)
 
 
 def _limit_reached(doc: RunDocument, limits: Any) -> Halt | None:
@@ -179,8 +247,12 @@ def on_model_response(
     output_tokens: int,
     cost: float | None,
     now: str,
+    judge: Judge | None = None,
 ) -> list[Event]:
-    """Append the assistant message and count its turn and usage."""
+    """Append the assistant message and count its turn and usage. With ``judge`` (an
+    agent with a typed output), an answer (text, or the final-answer tool called alone) is
+    checked: a valid one completes the run with its JSON; an invalid one goes back to the
+    model with the problems, ``judge.retries`` times at most, then the run fails."""
     _admit(message)
     _unique_call_ids(doc, message)
     doc.messages.append(message)
@@ -204,10 +276,80 @@ def on_model_response(
             toolCalls=[c.id for c in message.tool_calls],
         )
     ]
+    if judge is not None:
+        verdict = judge.check(message)
+        if verdict is not None:
+            events.extend(_answer(doc, message, verdict, judge, now))
+            return events
     if not message.tool_calls:
         doc.result = message.text
         events.extend(_status(doc, "completed", now))
     return events
+
+
+class Judge(Protocol):
+    """Checks an answer of an agent with a typed output (see :mod:`._output`)."""
+
+    retries: int
+    final_tool: str
+
+    def check(self, message: AssistantMessage) -> Answer | None:
+        """The answer a message gives (None: it calls tools, not an answer)."""
+        ...
+
+    def feedback(self, problem: str) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    stored: str | None  # the valid answer's JSON text
+    problem: str | None  # what is wrong with it
+
+
+def _answer(
+    doc: RunDocument, message: AssistantMessage, answer: Answer, judge: Judge, now: str
+) -> list[Event]:
+    final = [c for c in message.tool_calls if c.name == judge.final_tool]
+    if answer.stored is not None:
+        if final:  # the call is answered, so that the conversation can go on later
+            doc.messages.append(_feedback_message(final[0], "Final answer accepted.", False))
+        doc.result = answer.stored
+        return _status(doc, "completed", now)
+    assert answer.problem is not None
+    if _feedback_used(doc) >= judge.retries:
+        return fail(doc, f"output_invalid: the answer does not match the output type "
+                         f"({answer.problem})", now)  # fmt: skip
+    text = judge.feedback(answer.problem)
+    if final:
+        doc.messages.append(_feedback_message(final[0], text, True))
+    else:
+        doc.messages.append(
+            UserMessage.model_validate(
+                {"role": "user", "content": [{"type": "text", "text": text}],
+                 "outputFeedback": True}
+            )
+        )  # fmt: skip
+    doc.updated_at = now
+    return []
+
+
+def _feedback_message(call: ToolCallPart, text: str, error: bool) -> UserMessage:
+    part = {"type": "tool_result", "toolCallId": call.id, "toolName": call.name,
+            "content": text, "isError": error}  # fmt: skip
+    flag = {"outputFeedback": True} if error else {}
+    return UserMessage.model_validate({"role": "user", "content": [part], **flag})
+
+
+def _feedback_used(doc: RunDocument) -> int:
+    """How many invalid answers were sent back since the user last spoke."""
+    used = 0
+    for message in reversed(doc.messages):
+        if isinstance(message, UserMessage):
+            if (message.model_extra or {}).get("outputFeedback"):
+                used += 1
+            elif any(isinstance(p, TextPart) for p in message.content):
+                break
+    return used
 
 
 def _storable(value: Any) -> Any:

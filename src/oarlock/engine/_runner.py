@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import random
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
 from oarlock._secrets import redact
 from oarlock.engine import _core as core
 from oarlock.engine._agent import Agent
+from oarlock.engine._conversation import Conversations
 from oarlock.engine._execute import (
     CallContext,
     Executor,
@@ -26,6 +27,7 @@ from oarlock.engine._execute import (
     plan_call,
 )
 from oarlock.engine._lease import Hold, drive_held
+from oarlock.engine._output import OutputJudge
 from oarlock.errors import (
     ConflictError,
     DecisionRefused,
@@ -35,7 +37,7 @@ from oarlock.errors import (
     StoreError,
     UsageError,
 )
-from oarlock.formats._models import RunDocument, ToolCallPart, ToolResultPart
+from oarlock.formats._models import Message, RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._approvers import ApproverKey, process_approver
 from oarlock.governance._executor import GovernedExecutor
@@ -74,7 +76,7 @@ class _CancelledElsewhere(Exception):
         self.stored = stored
 
 
-class Runner:
+class Runner(Conversations):
     """Runs one agent's runs against one store.
 
     Every tool call goes through ``executor``: by default a
@@ -130,9 +132,10 @@ class Runner:
             approvers=agent.approvers,
             sandbox=agent.sandbox,
         )
-        self.retry = retry or RetryPolicy()
+        self.retry_policy = retry or RetryPolicy()
         self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
         self.replay_of, self.on_text = replay_of, on_text
+        self._deps: dict[str, Any] = {}  # each drive's dependencies, by run (never stored)
 
     # -- public operations ------------------------------------------------------------
     async def create(
@@ -143,7 +146,11 @@ class Runner:
         agent_ref: str | None = None,
         run_id: str | None = None,
         queue: str = "default",
+        message_history: Sequence[Message] = (),
     ) -> tuple[RunDocument, int]:
+        """Store a new run (its conversation: ``message_history``, then ``input``).
+        ``agent_ref`` says where other processes find the agent (an agent file, or
+        ``module:name``); by default, the agent's own :attr:`~Agent.ref`."""
         doc, events = core.new_run(
             run_id=run_id or str(uuid.uuid4()),
             agent=self.agent.name,
@@ -151,9 +158,14 @@ class Runner:
             input=input,
             now=self.clock(),
             tags=tags,
+            history=message_history,
         )
         version = await self.store.create(
-            doc, events, agent_ref=agent_ref, tenant=self.agent.tenant, queue=queue
+            doc,
+            events,
+            agent_ref=agent_ref if agent_ref is not None else self.agent.ref,
+            tenant=self.agent.tenant,
+            queue=queue,
         )
         self._notify(doc, events)
         return doc, version
@@ -183,21 +195,32 @@ class Runner:
         agent_ref: str | None = None,
         run_id: str | None = None,
         queue: str = "default",
+        deps: Any = None,
+        message_history: Sequence[Message] = (),
     ) -> RunDocument:
         """Create a run (in ``queue``, where workers find it if it is handed back) and
         drive it until it finishes or waits for a human. On a run queue, a worker may claim
         the new run before this runner takes its lease: the run is then the worker's, and
-        this returns it as it stands."""
+        this returns it as it stands. ``deps`` reach the tools that take the RunContext
+        during this drive, and are never stored."""
         doc, version = await self.create(
-            input, tags=tags, agent_ref=agent_ref, run_id=run_id, queue=queue
+            input,
+            tags=tags,
+            agent_ref=agent_ref,
+            run_id=run_id,
+            queue=queue,
+            message_history=message_history,
         )
 
         async def taken() -> RunDocument:
             return (await self.store.load(doc.id)).document
 
-        return await self._held(doc.id, lambda hold: self._drive(doc, version, hold), taken)
+        with self._with_deps(doc.id, deps):
+            return await self._held(
+                doc.id, lambda hold: self._drive(doc, version, hold), taken
+            )
 
-    async def resume(self, run_id: str) -> RunDocument:
+    async def resume(self, run_id: str, *, deps: Any = None) -> RunDocument:
         """Continue a stored run (in this process or any other) until it finishes or waits.
         On a run queue, a run another process holds live is refused (RunBusy)."""
 
@@ -212,7 +235,34 @@ class Runner:
             doc.format = "oar/0.2"
             return await self._drive(doc, stored.version, hold)
 
-        return await self._held(run_id, drive)
+        with self._with_deps(run_id, deps):
+            return await self._held(run_id, drive)
+
+    @contextlib.contextmanager
+    def _with_deps(self, run_id: str, deps: Any) -> Iterator[None]:
+        """``deps`` for the calls of ``run_id`` while its drive lasts."""
+        if deps is None:
+            yield
+            return
+        self._deps[run_id] = deps
+        try:
+            yield
+        finally:
+            self._deps.pop(run_id, None)
+
+    async def _again(
+        self, run_id: str, apply: Callable[[RunDocument], list[Event]], deps: Any
+    ) -> RunDocument:
+        """Change a stored run so that it runs again (``apply``), then drive it, holding
+        its lease from before the change."""
+
+        async def drive(hold: Hold) -> RunDocument:
+            await self._update(run_id, apply, lease=hold.lease)
+            stored = await self.store.load(run_id)
+            return await self._drive(stored.document, stored.version, hold)
+
+        with self._with_deps(run_id, deps):
+            return await self._held(run_id, drive)
 
     async def _held(
         self,
@@ -251,6 +301,7 @@ class Runner:
         principal: str | None = None,
         expires_in: float | None = None,
         resume: bool = False,
+        deps: Any = None,
     ) -> RunDocument:
         """Record one decision. Approvals past their deadline are denied first. An
         approval is kept by the executor (bound to the call's exact arguments, used at
@@ -289,7 +340,8 @@ class Runner:
             stored = await self.store.load(run_id)
             return await self._drive(stored.document, stored.version, hold)
 
-        return await self._held(run_id, drive, decided)
+        with self._with_deps(run_id, deps):
+            return await self._held(run_id, drive, decided)
 
     async def _decide(
         self,
@@ -352,8 +404,9 @@ class Runner:
     # -- internals --------------------------------------------------------------------
     def _ctx(self, doc: RunDocument, fence: Lease | None = None) -> CallContext:
         return CallContext(
-            doc.id, doc.agent, self.agent.scope, doc.turns, self.replay_of, fence
-        )
+            doc.id, doc.agent, self.agent.scope, doc.turns, self.replay_of, fence,
+            self._deps.get(doc.id),
+        )  # fmt: skip
 
     async def _keep_approval(
         self,
@@ -571,8 +624,15 @@ class Runner:
         return await _gather([one(c, a) for c, a in calls])
 
     async def _model_turn(self, doc: RunDocument) -> list[Event]:
+        output = self.agent.output
+        tools, schema = self.agent.tools.specs(), None
+        if output.typed:  # the provider's own way, else the final-answer tool
+            if getattr(self.agent.model, "native_output", False):
+                schema = output.schema
+            else:
+                tools = [*tools, output.tool_spec()]
         request = ModelRequest(
-            self.agent.instructions, list(doc.messages), self.agent.tools.specs(), self.on_text
+            self.agent.instructions, list(doc.messages), tools, self.on_text, schema
         )
         try:
             response = await self._watch(doc.id, self._respond(request))
@@ -591,6 +651,7 @@ class Runner:
             output_tokens=response.output_tokens,
             cost=cost,
             now=self.clock(),
+            judge=OutputJudge(output) if output.typed else None,
         )
 
     async def _respond(self, request: ModelRequest) -> ModelResponse:
@@ -605,11 +666,11 @@ class Runner:
                     request = replace(request, on_text=text.attempt())
                 return await self.agent.model.respond(request)
             except RetryableModelError as exc:
-                if attempt >= self.retry.attempts:
+                if attempt >= self.retry_policy.attempts:
                     raise ModelError(
                         f"{exc} (gave up after {attempt} attempts)", code=exc.code
                     ) from exc
-                await asyncio.sleep(self.retry.delay(attempt, exc.retry_after))
+                await asyncio.sleep(self.retry_policy.delay(attempt, exc.retry_after))
             except ModelError:
                 raise
             except Exception as exc:

@@ -71,6 +71,7 @@ from oarlock.governance._sandboxed import SandboxPlan, SandboxRefused, plan_sand
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
 from oarlock.governance._verdict import checked_verdict, is_text
+from oarlock.tools._context import RunContext
 from oarlock.tools._tool import Tool, ToolEffect, ToolOutput, result_text
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class CallContext:
     turn: int
     replay_of: str | None = None  # a replay's original run: side effects are not repeated
     fence: Lease | None = None
+    deps: Any = None  # the caller's dependencies, for tools that take the RunContext
 
     @property
     def tenant(self) -> str:
@@ -532,9 +534,11 @@ class GovernedExecutor:
         side_effecting = tool.side_effect not in _SAFE
         try:
             if tool.timeout_seconds is None:
-                value = await tool.call(c.arguments)
+                value = await tool.call(c.arguments, _context(c))
             else:
-                value = await asyncio.wait_for(tool.call(c.arguments), tool.timeout_seconds)
+                value = await asyncio.wait_for(
+                    tool.call(c.arguments, _context(c)), tool.timeout_seconds
+                )
         except TimeoutError:
             out.status = "Uncertain" if side_effecting else "TimedOut"
             out.error = ("timeout", f"no answer within {tool.timeout_seconds} s")
@@ -688,6 +692,21 @@ class _Outcome:
     effect: ToolEffect | None = None
     error: tuple[str, str] | None = None
     sandbox: dict[str, Any] | None = None  # the receipt's usage.sandbox
+
+
+def _context(c: _Call) -> RunContext[Any] | None:
+    """The RunContext of a call whose tool asks for one."""
+    if c.tool.context_param is None:
+        return None
+    return RunContext(
+        deps=c.ctx.deps,
+        run_id=c.ctx.run_id,
+        call_id=c.call.id,
+        tool_name=c.tool.name,
+        scope=c.ctx.scope,
+        idempotency_key=c.invocation["idempotencyKey"],
+        turn=c.ctx.turn,
+    )
 
 
 def _key(c: _Call) -> str:

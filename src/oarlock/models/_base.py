@@ -111,6 +111,10 @@ class ModelRequest:
     messages: list[Message]
     tools: list[dict[str, Any]] = field(default_factory=list)
     on_text: TextSink | None = None
+    output_schema: dict[str, Any] | None = None
+    """The JSON schema the answer must match, for an adapter whose provider has its own way
+    to ask for it (``native_output = True``): a response format, a tool the answer must go
+    through. Other adapters never see it: the engine offers a final-answer tool instead."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from oarlock._secrets import register_secret, register_url
 from oarlock.errors import ConfigError
 from oarlock.models._base import ModelAdapter
 
-__all__ = ["load_model", "scripted_path"]
+__all__ = ["load_model", "model_for", "scripted_path"]
 
 _OPTIONS = {
     "openai": {"api", "base_url", "timeout", "max_output_tokens", "api_key"},
@@ -81,6 +81,17 @@ def load_model(spec: str, base: Path, options: Mapping[str, Any] | None = None) 
             "openai-compatible:qwen2.5@http://127.0.0.1:11434/v1"
         )
     return OpenAIModel(model, base_url=url, provider="openai-compatible", **opts)
+
+
+def model_for(spec: str, /, **options: Any) -> ModelAdapter:
+    """The adapter a model string names, as an agent file would make it: ``openai:gpt-4.1``,
+    ``anthropic:claude-sonnet-4-5``, ``openai-compatible:MODEL@URL``, ``scripted:PATH``
+    (relative to the working folder). ``options`` are the adapter's (``api_key``,
+    ``base_url``, ``timeout``...). A ConfigError names what is wrong, or the extra to
+    install (``pip install 'oarlock[openai]'``) when the provider's SDK is missing."""
+    if not isinstance(spec, str):
+        raise ConfigError(f"a model is a model string or an adapter, not {type(spec).__name__}")
+    return load_model(spec, Path.cwd(), options)
 
 
 def _model_at(rest: str) -> tuple[str, str, str]:

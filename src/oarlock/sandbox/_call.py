@@ -185,6 +185,11 @@ def check_runnable(tool: Any) -> None:
     spec: SandboxSpec | None = tool.sandbox
     if spec is not None and (spec.program is not None or spec.host is not None):
         return
+    if getattr(tool, "context_param", None) is not None:
+        raise SandboxUnavailable(
+            f"tool {tool.name!r} takes the run's context, whose dependencies cannot cross "
+            "into the sandbox"
+        )
     if getattr(tool, "mcp_server_id", None) is not None:
         raise SandboxUnavailable(
             f"tool {tool.name!r} runs in its MCP server's process, which the sandbox runner "

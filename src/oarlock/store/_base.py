@@ -29,6 +29,7 @@ EVENT_KINDS = frozenset(
         "approval_requested",
         "approval_decided",
         "status_changed",
+        "user_message",
     }
 )
 

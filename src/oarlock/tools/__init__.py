@@ -1,5 +1,6 @@
 """Tools: functions the model may call, with schemas from their type hints."""
 
+from oarlock.tools._context import RunContext
 from oarlock.tools._process import ProcessResult, run_process
 from oarlock.tools._tool import (
     CAUTIOUS_CLASS,
@@ -17,6 +18,7 @@ from oarlock.tools._tool import (
 __all__ = [
     "CAUTIOUS_CLASS",
     "ProcessResult",
+    "RunContext",
     "run_process",
     "ApprovalRule",
     "KeyRule",

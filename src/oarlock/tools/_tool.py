@@ -21,6 +21,7 @@ from oarlock.formats._rules import SIDE_EFFECT_CLASSES
 
 if TYPE_CHECKING:
     from oarlock.sandbox._call import SandboxSpec
+    from oarlock.tools._context import RunContext
 
 __all__ = [
     "ApprovalRule",
@@ -99,10 +100,24 @@ def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), params
 
 
+def _context_param(fn: Callable[..., Any]) -> str | None:
+    """The parameter that asks for the run's :class:`RunContext`, if one does."""
+    from oarlock.tools._context import is_run_context
+
+    hints = get_type_hints(fn, include_extras=True)
+    found = [p for p in inspect.signature(fn).parameters if is_run_context(hints.get(p))]
+    if len(found) > 1:
+        raise ConfigError(f"tool {fn.__name__!r}: one parameter at most takes the RunContext")
+    return found[0] if found else None
+
+
 def _arguments_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
     hints = get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
+    context = _context_param(fn)
     for pname, param in inspect.signature(fn).parameters.items():
+        if pname == context:
+            continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigError(f"tool {name!r}: *args and **kwargs cannot be described to a model")
         if pname not in hints:
@@ -140,6 +155,7 @@ class Tool:
     idempotency_key: KeyRule = None
     mcp_server_id: str | None = None
     sandbox: SandboxSpec | None = None  # how a ``sandbox``-class call runs in the sandbox
+    context_param: str | None = None  # the parameter that receives the RunContext
     arguments_model: type[BaseModel] = field(repr=False, default=BaseModel)
     parameters: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -213,8 +229,16 @@ class Tool:
             return rule
         return bool(rule(arguments))
 
-    async def call(self, arguments: dict[str, Any]) -> Any:
-        """Run the tool on validated arguments (a sync tool runs in a worker thread)."""
+    async def call(self, arguments: dict[str, Any], context: RunContext[Any] | None = None) -> Any:
+        """Run the tool on validated arguments (a sync tool runs in a worker thread); a
+        tool that asks for the run's context gets ``context``."""
+        if self.context_param is not None:
+            if context is None:
+                raise ToolError(
+                    f"tool {self.name!r} needs the run's context, and none was given",
+                    code="context_missing",
+                )
+            arguments = {**arguments, self.context_param: context}
         if self.is_async:
             return await self.fn(**arguments)
         return await asyncio.to_thread(self.fn, **arguments)
@@ -272,6 +296,7 @@ def tool(
             schema_version=schema_version,
             idempotency_key=idempotency_key,
             sandbox=_sandbox_spec(sandbox),
+            context_param=_context_param(f),
             arguments_model=model,
             parameters=_strip_titles(model.model_json_schema()),
         )
