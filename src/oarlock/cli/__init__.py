@@ -200,12 +200,16 @@ def _add_run_commands(sub: Any) -> None:
         _run_action(p, "decide")
 
     for name, what in (
-        ("resume", "continue a run"),
+        ("resume", "drive a stored run on"),
+        ("continue", "continue a completed run's conversation with a new message"),
+        ("retry", "run a failed or halted run again from its last committed step"),
         ("cancel", "cancel a run"),
         ("replay", "re-run a stored run's model turns against today's tools"),
     ):
         p = sub.add_parser(name, help=what)
         p.add_argument("run_id", metavar="RUN_ID", type=text)
+        if name == "continue":
+            p.add_argument("text", metavar="TEXT", type=text, help="the user's new message")
         if name == "cancel":
             p.add_argument("--reason", metavar="TEXT", type=text)
         _run_action(p, name)

@@ -421,6 +421,20 @@ async def _resume(args: argparse.Namespace, store: RunStore) -> int:
     return _finish(doc)
 
 
+async def _continue(args: argparse.Namespace, store: RunStore) -> int:
+    agent = await _agent_of(store, args.run_id)
+    async with agent.connected():
+        doc = await _runner(agent, store).continue_run(args.run_id, args.text)
+    return _finish(doc)
+
+
+async def _retry(args: argparse.Namespace, store: RunStore) -> int:
+    agent = await _agent_of(store, args.run_id)
+    async with agent.connected():
+        doc = await _runner(agent, store).retry(args.run_id)
+    return _finish(doc)
+
+
 async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
     from oarlock.engine._runner import cancel_run
 
@@ -500,6 +514,8 @@ _COMMANDS: dict[str, Command] = {
     "runs export": _export,
     "decide": _decide,
     "resume": _resume,
+    "continue": _continue,
+    "retry": _retry,
     "cancel": _cancel,
     "replay": _replay,
 }

@@ -629,6 +629,20 @@ def load_agent(path: str | Path) -> Agent:
     return checked.agent
 
 
+_IMPORTED_AGENT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def _imported_agent(agent_ref: str, run_id: str) -> Agent:
+    """The Agent an import path (``package.module:name``) names."""
+    found = resolve_import(agent_ref, f"run {run_id}: agent {agent_ref}")
+    if not isinstance(found, Agent):
+        raise ConfigError(
+            f"run {run_id}: {agent_ref} is a {type(found).__name__}, not an Agent",
+            code="agent_ref_invalid",
+        )
+    return found
+
+
 def run_agent(agent_ref: str | None, model: str, run_id: str) -> Agent:
     """The agent of a stored run: its agent file's (``agent_ref``), with the model the run
     was started with (``run --model`` may have named another than the file's), trusting
@@ -639,13 +653,20 @@ def run_agent(agent_ref: str | None, model: str, run_id: str) -> Agent:
 
     if not agent_ref:
         raise OarlockError(
-            f"run {run_id} has no agent file on record; resume it from Python with its Agent",
+            f"run {run_id} has no agent on record: resume it from Python with its Agent, or "
+            "start runs with an agent another process can find (an agent file; an Agent at "
+            "the top level of a module; Runner.start(..., agent_ref='package.module:agent'))",
             code="no_agent_ref",
         )
-    agent = load_agent(agent_ref)
+    base = Path(agent_ref).parent
+    if _IMPORTED_AGENT.fullmatch(agent_ref) and not Path(agent_ref).exists():
+        agent = _imported_agent(agent_ref, run_id)
+        base = Path.cwd()
+    else:
+        agent = load_agent(agent_ref)
     if model != agent.model.model_id:
         try:
-            agent = agent.with_model(load_model(model, Path(agent_ref).parent))
+            agent = agent.with_model(load_model(model, base))
         except ConfigError as exc:
             raise ConfigError(f"run {run_id} uses model {model}: {exc}", code=exc.code) from None
     if agent.approvers is None:

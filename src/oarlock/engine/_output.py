@@ -84,8 +84,22 @@ class OutputSpec:
         try:
             value = self._adapter.validate_json(body)
         except ValueError as exc:
-            return Verdict(problem=_problems(exc))
+            inner = self._unwrapped(body)
+            if inner is None:
+                return Verdict(problem=_problems(exc))
+            return self.check_arguments(inner)
         return Verdict(stored=self._dump(value))
+
+    def _unwrapped(self, body: str) -> dict[str, Any] | None:
+        """A scalar answer given as the final-answer tool's object (``{"result": ...}``),
+        as a provider's response format asks for it."""
+        if not self.wrapped:
+            return None
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and set(data) == {"result"} else None
 
     def check_arguments(self, arguments: dict[str, Any]) -> Verdict:
         """An answer given through the final-answer tool."""

@@ -625,14 +625,14 @@ class Runner(Conversations):
 
     async def _model_turn(self, doc: RunDocument) -> list[Event]:
         output = self.agent.output
-        tools, schema = self.agent.tools.specs(), None
+        tools, final = self.agent.tools.specs(), None
         if output.typed:  # the provider's own way, else the final-answer tool
             if getattr(self.agent.model, "native_output", False):
-                schema = output.schema
+                final = output.tool_spec()
             else:
                 tools = [*tools, output.tool_spec()]
         request = ModelRequest(
-            self.agent.instructions, list(doc.messages), tools, self.on_text, schema
+            self.agent.instructions, list(doc.messages), tools, self.on_text, final
         )
         try:
             response = await self._watch(doc.id, self._respond(request))

@@ -130,7 +130,9 @@ class _SinkFailed(Exception):
 
 
 class AnthropicModel:
-    """Claude through the Messages API (``model_id``: ``anthropic:<model>``).
+    """Claude through the Messages API (``model_id``: ``anthropic:<model>``). A typed
+    answer goes through the final-answer tool, which the model is offered beside the
+    others with ``tool_choice: any`` (each turn calls some tool: the answer is one).
 
     The key is ``api_key`` or else ``ANTHROPIC_API_KEY``; ``base_url`` defaults to the
     SDK's (``ANTHROPIC_BASE_URL``, else the public API). ``timeout`` (seconds) bounds the
@@ -203,6 +205,8 @@ class AnthropicModel:
     def __repr__(self) -> str:
         return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"
 
+    native_output = True  # the final-answer tool, chosen with tool_choice any
+
     @property
     def model_id(self) -> str:
         return f"anthropic:{self.model}"
@@ -247,7 +251,12 @@ class AnthropicModel:
         client = self._client_for_this_loop()
         sdk, httpx2 = _import_sdk()
         system: Any = request.instructions or sdk.omit
-        tools: Any = _tools(request.tools) or sdk.omit
+        specs = request.tools
+        choice: Any = sdk.omit
+        if request.output_tool is not None:  # the answer goes through the final tool:
+            specs = [*specs, request.output_tool]  # some tool must be called each turn
+            choice = {"type": "any"}
+        tools: Any = _tools(specs) or sdk.omit
         messages = _messages(request.messages)
         try:
             if request.on_text is None:
@@ -257,6 +266,7 @@ class AnthropicModel:
                     system=system,
                     messages=messages,
                     tools=tools,
+                    tool_choice=choice,
                 )
                 reply = _reply_of_message(raw)
             else:
@@ -266,6 +276,7 @@ class AnthropicModel:
                     system=system,
                     messages=messages,
                     tools=tools,
+                    tool_choice=choice,
                     stream=True,
                 )
                 assembly = _Assembly(request.on_text)

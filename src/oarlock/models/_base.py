@@ -111,10 +111,12 @@ class ModelRequest:
     messages: list[Message]
     tools: list[dict[str, Any]] = field(default_factory=list)
     on_text: TextSink | None = None
-    output_schema: dict[str, Any] | None = None
-    """The JSON schema the answer must match, for an adapter whose provider has its own way
-    to ask for it (``native_output = True``): a response format, a tool the answer must go
-    through. Other adapters never see it: the engine offers a final-answer tool instead."""
+    output_tool: dict[str, Any] | None = None
+    """For an adapter whose provider has its own way to ask for a typed answer
+    (``native_output = True``): the final-answer tool (``name``, ``description``, an object
+    schema in ``parameters``) whose schema the answer must match, as a response format or
+    as a tool the answer must go through. Other adapters never see it: the engine offers
+    the tool among the others instead."""
 
 
 @dataclass(frozen=True, slots=True)

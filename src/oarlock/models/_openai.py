@@ -174,6 +174,12 @@ class OpenAIModel:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
+    def native_output(self) -> bool:
+        """OpenAI asks for a typed answer with a JSON schema response format; servers that
+        are only compatible get the final-answer tool (not all of them have the format)."""
+        return self.provider == "openai"
+
+    @property
     def model_id(self) -> str:
         if self.provider == "openai-compatible":
             return f"openai-compatible:{self.model}@{without_password(str(self.base_url))}"
@@ -264,6 +270,12 @@ class OpenAIModel:
         }
         if request.tools:
             params["tools"] = chat_tools(request.tools)
+        if request.output_tool is not None:  # the answer as JSON of the output's schema
+            final = request.output_tool
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": final["name"], "schema": final["parameters"]},
+            }
         if self.max_output_tokens is not None:
             name = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
             params[name] = self.max_output_tokens
@@ -289,6 +301,15 @@ class OpenAIModel:
             params["instructions"] = request.instructions
         if request.tools:
             params["tools"] = responses_tools(request.tools)
+        if request.output_tool is not None:
+            final = request.output_tool
+            params["text"] = {
+                "format": {
+                    "type": "json_schema",
+                    "name": final["name"],
+                    "schema": final["parameters"],
+                }
+            }
         if self.max_output_tokens is not None:
             params["max_output_tokens"] = self.max_output_tokens
         return await self._complete(
