@@ -102,3 +102,21 @@ def test_a_compatible_server_is_offered_the_final_tool(openai: ow.FakeOpenAI) ->
     assert "response_format" not in body
     [final] = [t for t in body["tools"] if t["function"]["name"] == "final_result"]
     assert final["function"]["parameters"]["required"] == ["result"]
+
+
+def test_a_streaming_model_streams_its_text_as_events(openai: ow.FakeOpenAI) -> None:
+    from oarlock.engine._stream import Finished, ModelResponded, TextDelta
+
+    openai.reply(ow.Reply(events=ow.chat_chunks(["Hel", "lo, ", "world."])))
+    model = OpenAIModel("gpt-4.1", base_url=openai.base_url, api_key=KEY)
+    runner = Runner(Agent("greeter", model), ValidatingStore(MemoryStore()))
+
+    async def go() -> list[Any]:
+        return [e async for e in runner.stream("greet")]
+
+    events = asyncio.run(go())
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    assert "".join(deltas) == "Hello, world." and len(deltas) >= 2
+    first_response = next(i for i, e in enumerate(events) if isinstance(e, ModelResponded))
+    assert all(isinstance(e, TextDelta) for e in events[:first_response])  # text comes first
+    assert isinstance(events[-1], Finished) and events[-1].result.output == "Hello, world."

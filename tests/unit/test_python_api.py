@@ -254,3 +254,67 @@ def test_a_module_level_agent_knows_where_it_is() -> None:
 
 
 MODULE_AGENT = Agent("module-level", ScriptedModel([{"text": "hi"}]))
+
+
+def test_a_run_streams_its_events_in_order() -> None:
+    from oarlock.engine._stream import (
+        ApprovalRequested,
+        Finished,
+        ModelResponded,
+        StatusChanged,
+        ToolFinished,
+        ToolStarted,
+    )
+
+    agent = Agent(
+        "support",
+        scripted(
+            {
+                "text": "Looking it up.",
+                "tool_calls": [
+                    {"id": "t1", "name": "balance", "arguments": {"customer": "c1"}},
+                    {"id": "b1", "name": "block_card", "arguments": {"customer": "c1"}},
+                ],
+            },
+            {"text": "Done."},
+        ),
+        tools=[balance, block_card],
+    )
+    runner = Runner(agent, ValidatingStore(MemoryStore()))
+
+    async def go() -> list[Any]:
+        seen = []
+        async for event in runner.stream("help", deps=Bank({"c1": 1.0})):
+            seen.append(event)
+        return seen
+
+    events = asyncio.run(go())
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == [
+        "ModelResponded",
+        "ToolStarted",
+        "ToolFinished",
+        "ApprovalRequested",
+        "StatusChanged",
+        "Finished",
+    ], kinds
+    assert isinstance(events[0], ModelResponded) and events[0].tool_calls == ("t1", "b1")
+    started, finished = events[1], events[2]
+    assert isinstance(started, ToolStarted) and started.call_id == "t1"
+    assert isinstance(finished, ToolFinished) and (finished.ok, finished.status) == (
+        True,
+        "Succeeded",
+    )
+    assert isinstance(events[3], ApprovalRequested) and events[3].arguments == {"customer": "c1"}
+    assert isinstance(events[4], StatusChanged) and events[4].new == "waiting_approval"
+    done = events[-1]
+    assert isinstance(done, Finished) and done.result.status == "waiting_approval"
+
+    async def resume() -> list[Any]:
+        await runner.decide(done.result.run_id, "b1", "denied", reason="not now")
+        return [e async for e in runner.stream_resume(done.result.run_id)]
+
+    after = asyncio.run(resume())
+    assert [type(e).__name__ for e in after][-2:] == ["StatusChanged", "Finished"]
+    assert not any(isinstance(e, ToolStarted) for e in after)  # a denied call never runs
+    assert isinstance(after[-1], Finished) and after[-1].result.output == "Done."

@@ -6,11 +6,13 @@ the drive: what a run is, not how callers ask for one."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from oarlock.engine import _core as core
 from oarlock.engine._result import RunResult, synchronously
+from oarlock.engine._stream import StreamEvent
 
 if TYPE_CHECKING:
     from oarlock.engine._runner import Runner
@@ -88,3 +90,50 @@ class Conversations:
         say) or halted at a limit since raised, from its last committed step."""
         runner = _runner(self)
         return await runner._again(run_id, lambda d: core.retry_run(d, runner.clock()), deps)
+
+    # -- streams ---------------------------------------------------------------------------
+    def stream(
+        self,
+        input: str,
+        *,
+        deps: Any = None,
+        message_history: Sequence[Message] = (),
+        tags: dict[str, str] | None = None,
+        agent_ref: str | None = None,
+        run_id: str | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """:meth:`run` as a stream of events (see :mod:`oarlock.engine._stream`), the last
+        ``Finished`` with the RunResult."""
+        runner = _runner(self)
+        run_id = run_id or str(uuid.uuid4())
+        return runner._streams.follow(
+            run_id,
+            lambda: runner.run(
+                input,
+                deps=deps,
+                message_history=message_history,
+                tags=tags,
+                agent_ref=agent_ref,
+                run_id=run_id,
+            ),
+        )
+
+    def stream_resume(self, run_id: str, *, deps: Any = None) -> AsyncIterator[StreamEvent]:
+        """``resume`` as a stream of events."""
+        runner = _runner(self)
+
+        async def work() -> RunResult[Any]:
+            return RunResult(runner, await runner.resume(run_id, deps=deps))
+
+        return runner._streams.follow(run_id, work)
+
+    def stream_continue(
+        self, run_id: str, text: str, *, deps: Any = None
+    ) -> AsyncIterator[StreamEvent]:
+        """``continue_run`` as a stream of events."""
+        runner = _runner(self)
+
+        async def work() -> RunResult[Any]:
+            return RunResult(runner, await runner.continue_run(run_id, text, deps=deps))
+
+        return runner._streams.follow(run_id, work)

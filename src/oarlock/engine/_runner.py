@@ -28,6 +28,7 @@ from oarlock.engine._execute import (
 )
 from oarlock.engine._lease import Hold, drive_held
 from oarlock.engine._output import OutputJudge
+from oarlock.engine._stream import Streams, TextDelta, ToolFinished, ToolStarted, from_stored
 from oarlock.errors import (
     ConflictError,
     DecisionRefused,
@@ -46,7 +47,7 @@ from oarlock.models._base import ModelRequest, ModelResponse, TextSink, TurnText
 from oarlock.store._base import Event, RunStore, StoredRun
 from oarlock.store._leases import as_queue, process_holder
 from oarlock.store._queue import Lease, RunQueue
-from oarlock.tools._tool import ToolArgumentsError
+from oarlock.tools._tool import Tool, ToolArgumentsError
 
 __all__ = ["RetryPolicy", "Runner", "cancel_run", "update_run"]
 
@@ -136,6 +137,10 @@ class Runner(Conversations):
         self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
         self.replay_of, self.on_text = replay_of, on_text
         self._deps: dict[str, Any] = {}  # each drive's dependencies, by run (never stored)
+        self._streams = Streams()
+        observers = getattr(self.executor, "observers", None)
+        if isinstance(observers, list):  # the receipt of each call, for the streams
+            observers.append(self._seen)
 
     # -- public operations ------------------------------------------------------------
     async def create(
@@ -512,6 +517,41 @@ class Runner(Conversations):
     def _notify(self, doc: RunDocument, events: list[Event]) -> None:
         if self.on_commit is not None:
             self.on_commit(doc, events)
+        if self._streams.watching(doc.id):
+            self._streams.emit(doc.id, *from_stored(doc.id, doc, events))
+
+    def _seen(self, run_id: str, call_id: str, status: str) -> None:
+        if self._streams.watching(run_id):
+            self._streams.receipts[(run_id, call_id)] = status
+
+    def _text_sink(self, run_id: str) -> TextSink | None:
+        """Where the model's text goes: ``on_text``, and the run's streams."""
+        if not self._streams.watching(run_id):
+            return self.on_text
+        own = self.on_text
+
+        def sink(text: str) -> None:
+            if own is not None:
+                own(text)
+            self._streams.emit(run_id, TextDelta(run_id, text))
+
+        return sink
+
+    async def _executed(
+        self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any], ctx: CallContext
+    ) -> ToolResultPart:
+        """One call through the executor, told to the run's streams as it starts and ends."""
+        run_id = ctx.run_id
+        watched = self._streams.watching(run_id)
+        if watched:
+            self._streams.emit(run_id, ToolStarted(run_id, call.id, call.name))
+        result = await self.executor.execute(tool, call, arguments, ctx)
+        if watched:
+            status = self._streams.receipts.pop((run_id, call.id), None)
+            self._streams.emit(
+                run_id, ToolFinished(run_id, call.id, call.name, not result.is_error, status)
+            )
+        return result
 
     async def _commit(
         self, doc: RunDocument, version: int, events: list[Event], fence: Lease | None
@@ -599,7 +639,7 @@ class Runner(Conversations):
         async def one(p: Planned) -> ToolResultPart | None:
             if p.result is not None or p.approval or p.tool is None or p.arguments is None:
                 return p.result
-            return await self.executor.execute(p.tool, p.call, p.arguments, ctx)
+            return await self._executed(p.tool, p.call, p.arguments, ctx)
 
         outcomes = await _gather([one(p) for p in planned])
         return [r for r in outcomes if r is not None]
@@ -619,7 +659,7 @@ class Runner(Conversations):
                 valid = tool.validate_arguments(args)
             except ToolArgumentsError as exc:
                 return error_result(call, f"{exc}.")
-            return await self.executor.execute(tool, call, valid, ctx)
+            return await self._executed(tool, call, valid, ctx)
 
         return await _gather([one(c, a) for c, a in calls])
 
@@ -632,7 +672,7 @@ class Runner(Conversations):
             else:
                 tools = [*tools, output.tool_spec()]
         request = ModelRequest(
-            self.agent.instructions, list(doc.messages), tools, self.on_text, final
+            self.agent.instructions, list(doc.messages), tools, self._text_sink(doc.id), final
         )
         try:
             response = await self._watch(doc.id, self._respond(request))

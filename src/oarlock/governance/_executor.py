@@ -70,6 +70,13 @@ from oarlock.governance._records import Approval, Claim, run_uuid, step_uuid
 from oarlock.governance._sandboxed import SandboxPlan, SandboxRefused, plan_sandbox
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
+from oarlock.governance._told import (
+    effect_record,
+    error_result,
+    error_text,
+    policy_text,
+    uncertain_text,
+)
 from oarlock.governance._verdict import checked_verdict, is_text
 from oarlock.tools._context import RunContext
 from oarlock.tools._tool import Tool, ToolEffect, ToolOutput, result_text
@@ -150,6 +157,8 @@ class GovernedExecutor:
     ) -> None:
         self.store, self.policy, self.clock = store, policy or DEFAULT_POLICY, clock
         self._sandbox_runner = sandbox
+        # told (run, call id, receipt status) of every receipt a call ends with
+        self.observers: list[Callable[[str, str, str], None]] = []
         self.approvers = approvers if approvers is not None else in_process_approvers()
         for attr in ("policy_id", "version"):
             value = getattr(self.policy, attr, None)
@@ -225,7 +234,7 @@ class GovernedExecutor:
         try:
             invocation, bytes_in = self._invocation(tool, call, arguments, ctx)
         except CanonicalizationError as exc:  # nothing is claimed, run or recorded
-            return _error(
+            return error_result(
                 call,
                 f"Tool {tool.name!r} was not run: its arguments have no canonical form "
                 f"({exc}) (arguments_not_canonical).",
@@ -359,7 +368,7 @@ class GovernedExecutor:
         needs one is a standing approval, returned to be stored with the claim."""
         if verdict.effect == "deny":
             code = "policy_error" if _failed(verdict) else "policy_denied"
-            raise _Refused(code, _policy_text("denied", verdict))
+            raise _Refused(code, policy_text("denied", verdict))
         cautious = c.tool.side_effect in APPROVAL_REQUIRED_CLASSES
         if verdict.effect != "require_approval" and not cautious:
             return None, None
@@ -472,11 +481,16 @@ class GovernedExecutor:
                 pass
         held = await self.store.claim_of(claim.tenant_id, claim.tool_id, claim.idempotency_key)
         if held is None or held.receipt is None:
-            return _error(c.call, f"Tool {c.tool.name!r}: its earlier attempt is unresolved.")
+            return error_result(c.call, f"Tool {c.tool.name!r}: its earlier attempt is unresolved.")
         return await self._replay(c, held.receipt)
+
+    def _observe(self, c: _Call, status: str) -> None:
+        for observer in self.observers:
+            observer(c.ctx.run_id, c.call.id, status)
 
     async def _replay(self, c: _Call, receipt: dict[str, Any]) -> ToolResultPart:
         status = receipt["status"]
+        self._observe(c, status)
         if status == "Succeeded" and "resultRef" in receipt:
             raw = await self.store.artifact(receipt["resultRef"])
             return self._result(c.call, raw.decode("utf-8", "replace"))
@@ -484,13 +498,13 @@ class GovernedExecutor:
             notes = await self.store.reconciliations(receipt["invocationId"])
             if notes:
                 last = notes[-1]
-                return _error(
+                return error_result(
                     c.call,
                     f"Tool {c.tool.name!r}: an operator reconciled invocation "
                     f"{last.invocation_id} as {last.outcome} ({last.evidence}).",
                 )
-            return _error(c.call, _uncertain_text(c.tool, receipt))
-        return _error(c.call, _error_text(c.tool, receipt))
+            return error_result(c.call, uncertain_text(c.tool, receipt))
+        return error_result(c.call, error_text(c.tool, receipt))
 
     # -- running ----------------------------------------------------------------------
     @property
@@ -569,7 +583,7 @@ class GovernedExecutor:
             started=out.started,
             duration_ms=round((time.perf_counter() - out.t0) * 1000),
             raw=raw,
-            effect=_effect(out.effect) if c.tool.side_effect not in _SAFE else None,
+            effect=effect_record(out.effect) if c.tool.side_effect not in _SAFE else None,
             error=out.error,
             sandbox=out.sandbox,
         )
@@ -577,6 +591,7 @@ class GovernedExecutor:
             await self.store.finish(
                 receipt, result=raw, at=receipt["finishedAt"], fence=c.ctx.fence
             )
+            self._observe(c, receipt["status"])
         except LeaseLost:  # the run is another's now: it records the outcome as Uncertain
             raise
         except Exception as exc:  # the outcome happened but is not on record
@@ -584,13 +599,13 @@ class GovernedExecutor:
         if out.text is not None:
             return self._result(c.call, out.text)
         if out.status == "Uncertain":
-            return _error(c.call, _uncertain_text(c.tool, receipt))
-        return _error(c.call, _error_text(c.tool, receipt))
+            return error_result(c.call, uncertain_text(c.tool, receipt))
+        return error_result(c.call, error_text(c.tool, receipt))
 
     async def _unrecorded(self, c: _Call, started: str, exc: Exception) -> ToolResultPart:
         why = f"its receipt could not be written: {type(exc).__name__}: {exc}"
         if c.tool.side_effect in _SAFE:
-            return _error(c.call, f"Tool {c.tool.name!r} ran, but {why}.")
+            return error_result(c.call, f"Tool {c.tool.name!r} ran, but {why}.")
         receipt = self._receipt(
             c.invocation,
             "Uncertain",
@@ -602,7 +617,7 @@ class GovernedExecutor:
             await self.store.finish(
                 receipt, result=None, at=receipt["finishedAt"], fence=c.ctx.fence
             )
-        return _error(c.call, _uncertain_text(c.tool, receipt))
+        return error_result(c.call, uncertain_text(c.tool, receipt))
 
     def _receipt(
         self,
@@ -656,7 +671,8 @@ class GovernedExecutor:
             error=(refusal.code, refusal.message),
         )
         await self.store.refuse(invocation, receipt, c.now, fence=c.ctx.fence)
-        return _error(
+        self._observe(c, "Denied")
+        return error_result(
             c.call, f"Tool {c.call.name!r} was not run: {refusal.message} ({refusal.code})."
         )
 
@@ -763,52 +779,4 @@ def _stale(held: ClaimHeld) -> bool:
 def _failed(verdict: PolicyVerdict) -> bool:
     return verdict.rule_id is None and any(
         r.startswith("policy evaluation failed") for r in verdict.reasons
-    )
-
-
-def _effect(reported: ToolEffect | None) -> dict[str, Any]:
-    if reported is None:
-        effect: dict[str, Any] = {"kind": "unreported"}
-    else:
-        effect = {"kind": reported.kind}
-        if reported.external_reference is not None:
-            effect["externalReference"] = reported.external_reference
-        if reported.reversible is not None:
-            effect["reversible"] = reported.reversible
-    effect["effectHash"] = digest(effect)
-    return effect
-
-
-def _policy_text(what: str, verdict: PolicyVerdict) -> str:
-    rule = f"rule {verdict.rule_id!r}" if verdict.rule_id else "the default policy"
-    reasons = "; ".join(verdict.reasons)
-    return f"{what} by {rule}" + (f": {reasons}" if reasons else "")
-
-
-def _error(call: ToolCallPart, message: str) -> ToolResultPart:
-    return ToolResultPart(
-        type="tool_result",
-        tool_call_id=call.id,
-        tool_name=call.name,
-        content=sanitize(redact(message), max_chars=8000),
-        is_error=True,
-    )
-
-
-def _error_text(tool: Tool, receipt: Mapping[str, Any]) -> str:
-    err = receipt.get("error") or {}
-    status = receipt["status"]
-    if status == "TimedOut":
-        return f"Tool {tool.name!r} timed out: {err.get('message', '')}."
-    if status == "Denied":
-        return f"Tool {tool.name!r} was not run: {err.get('message', '')} ({err.get('code')})."
-    return f"Tool {tool.name!r} failed: {err.get('message', '')}"
-
-
-def _uncertain_text(tool: Tool, receipt: Mapping[str, Any]) -> str:
-    err = receipt.get("error") or {}
-    return (
-        f"The outcome of tool {tool.name!r} is unknown ({err.get('message', 'no receipt')}). "
-        "It may or may not have taken effect and will not be retried automatically; an "
-        f"operator must reconcile invocation {receipt['invocationId']}."
     )
