@@ -19,7 +19,7 @@ from tests.integration import openai_wire as ow
 
 from helpers import priced_demo
 from oarlock.cli._live import HOLD, Live
-from oarlock.store._base import Event
+from oarlock.engine._stream import ModelResponded, StatusChanged, TextDelta
 
 SECRET = "s3cr3t-v4lue-0f-the-t0ken"
 REFUND = {"order_id": "A-1001", "amount": 42.5, "reason": "arrived broken"}
@@ -49,19 +49,19 @@ def screen(raw: str) -> list[str]:
     return lines
 
 
-def responded(turn: int, calls: int = 0) -> Event:
-    return Event("model_responded", "t", {"turn": turn, "toolCalls": [{}] * calls})
+def responded(turn: int, calls: int = 0) -> ModelResponded:
+    return ModelResponded("r", turn, tuple(f"c{i}" for i in range(calls)), 0, 0, None)
 
 
 def test_streamed_text_and_progress_lines_keep_each_other() -> None:
     out = Stream(tty=True)
     live = Live(out)
-    live.progress(None, [responded(1, calls=2)])  # type: ignore[arg-type]
+    live.show(responded(1, calls=2))
     for chunk in ("Hello, ", "world.\nSecond", " line, then more"):
-        live.text(chunk)
-    live.progress(None, [responded(2)])  # type: ignore[arg-type]
-    live.text("Third text")
-    live.progress(None, [Event("status_changed", "t", {"to": "completed"})])  # type: ignore[arg-type]
+        live.show(TextDelta("r", chunk))
+    live.show(responded(2))
+    live.show(TextDelta("r", "Third text"))
+    live.show(StatusChanged("r", "running", "completed"))
     live.close()
     assert screen(out.text()) == [
         "  turn 1: model answered, calls 2 tool(s)",
@@ -107,7 +107,7 @@ def test_a_long_line_streams_before_it_ends_but_keeps_its_tail() -> None:
 def test_nothing_is_shown_when_standard_error_is_not_a_terminal() -> None:
     out = Stream(tty=False)
     live = Live(out)
-    live.progress(None, [responded(1)])  # type: ignore[arg-type]
+    live.show(responded(1))
     live.text("hello")
     live.close()
     assert out.text() == ""

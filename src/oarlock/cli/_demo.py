@@ -39,7 +39,7 @@ async def _demo(args: argparse.Namespace) -> int:
     store = open_store(args, create=True)
     live = Live()
     try:
-        runner = Runner(load_agent(AGENT_FILE), store, on_commit=live.progress)
+        runner = Runner(load_agent(AGENT_FILE), store, on_event=live.show)
         print(f"> {REQUEST}")
         doc = await runner.start(REQUEST, tags={"demo": "refund-desk"}, agent_ref=str(AGENT_FILE))
         while doc.status == "waiting_approval":

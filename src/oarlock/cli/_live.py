@@ -19,8 +19,7 @@ from oarlock._render import block, line
 from oarlock._secrets import redact
 
 if TYPE_CHECKING:
-    from oarlock.formats._models import RunDocument
-    from oarlock.store._base import Event
+    from oarlock.engine._stream import StreamEvent
 
 __all__ = ["HOLD", "Live"]
 
@@ -30,8 +29,8 @@ _ERASE = "\x1b[K"  # erase to the end of the line
 
 
 class Live:
-    """The terminal view of one command. ``progress`` is an ``on_commit`` hook and
-    ``text`` an ``on_text`` sink for the runner; :meth:`close` ends the last line."""
+    """The terminal view of one command: :meth:`show` takes the runner's stream events
+    (``Runner(on_event=live.show)``); :meth:`close` ends the last line."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
@@ -50,22 +49,28 @@ class Live:
         except (AttributeError, ValueError):
             return False
 
-    # -- progress -------------------------------------------------------------------------
-    def progress(self, doc: RunDocument, events: list[Event]) -> None:
+    # -- the runner's events --------------------------------------------------------------
+    def show(self, event: StreamEvent) -> None:
+        """Show one of a runner's stream events (``Runner(on_event=live.show)``)."""
+        from oarlock.engine._stream import ModelResponded, StatusChanged, TextDelta
+
         if not self.enabled():
             return
-        for ev in events:
-            if ev.kind == "model_responded":
-                self._end_text()
-                calls = ev.data.get("toolCalls") or []
-                called = f", calls {len(calls)} tool(s)" if calls else ""
-                self._status(f"turn {line(ev.data.get('turn'))}: model answered{called}")
-            elif ev.kind == "status_changed":
-                self._end_text()
-                self._status(f"status {line(ev.data.get('to'))}")
-                self._end_status()
+        if isinstance(event, TextDelta):
+            self.text(event.text)
+            return
+        if isinstance(event, ModelResponded):
+            self._end_text()
+            calls = len(event.tool_calls)
+            called = f", calls {calls} tool(s)" if calls else ""
+            self._status(f"turn {event.turn}: model answered{called}")
+        elif isinstance(event, StatusChanged):
+            self._end_text()
+            self._status(f"status {line(event.new)}")
+            self._end_status()
         self.stream.flush()
 
+    # -- lines ----------------------------------------------------------------------------
     def _status(self, text: str) -> None:
         self.stream.write(f"\r  {text}{_ERASE}")
         self._status_open = True

@@ -97,14 +97,13 @@ def _runner(agent: Agent, store: RunStore, approver: ApproverKey | None = None) 
     from oarlock.engine._runner import Runner
 
     _trusting(agent)
-    on_text = _live.text if _live.enabled() else None
+    # the terminal shows the runner's stream of events: progress lines and streamed text
     return Runner(
         agent,
         store,
-        on_commit=_live.progress,
         watch_interval=0.25,
-        on_text=on_text,
         approver=approver,
+        on_event=_live.show if _live.enabled() else None,
     )
 
 

@@ -28,7 +28,14 @@ from oarlock.engine._execute import (
 )
 from oarlock.engine._lease import Hold, drive_held
 from oarlock.engine._output import OutputJudge
-from oarlock.engine._stream import Streams, TextDelta, ToolFinished, ToolStarted, from_stored
+from oarlock.engine._stream import (
+    StreamEvent,
+    Streams,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    from_stored,
+)
 from oarlock.errors import (
     ConflictError,
     DecisionRefused,
@@ -96,7 +103,9 @@ class Runner(Conversations):
     live is refused with RunBusy. A worker passes the ``lease`` it holds instead: the
     runner then drives that run only, under that lease. ``pause``, asked before each step,
     ends the drive there when it says so, the run left as committed (running, to be
-    resumed): a worker that shuts down hands its runs back between steps."""
+    resumed): a worker that shuts down hands its runs back between steps. ``on_event``
+    receives the stream events (:mod:`oarlock.engine._stream`) of every run it drives, as
+    they happen."""
 
     def __init__(
         self,
@@ -115,6 +124,7 @@ class Runner(Conversations):
         lease_seconds: float = 30.0,
         owner: str | None = None,
         pause: Callable[[], bool] | None = None,
+        on_event: Callable[[StreamEvent], None] | None = None,
     ) -> None:
         if isinstance(lease_seconds, bool) or not (
             isinstance(lease_seconds, int | float) and 0 < lease_seconds < float("inf")
@@ -137,7 +147,7 @@ class Runner(Conversations):
         self.clock, self.on_commit, self.watch_interval = clock, on_commit, watch_interval
         self.replay_of, self.on_text = replay_of, on_text
         self._deps: dict[str, Any] = {}  # each drive's dependencies, by run (never stored)
-        self._streams = Streams()
+        self._streams = Streams(on_event)
         observers = getattr(self.executor, "observers", None)
         if isinstance(observers, list):  # the receipt of each call, for the streams
             observers.append(self._seen)

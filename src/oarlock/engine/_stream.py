@@ -150,19 +150,19 @@ def from_stored(run_id: str, doc: RunDocument, events: list[Event]) -> list[Stre
 class Streams:
     """The runner's open streams, by run: where its hooks send the events."""
 
-    def __init__(self) -> None:
+    def __init__(self, listener: Callable[[StreamEvent], None] | None = None) -> None:
         self._queues: dict[str, list[asyncio.Queue[StreamEvent | None]]] = {}
         self.receipts: dict[tuple[str, str], str] = {}  # (run, call): receipt status
-
-    def __bool__(self) -> bool:
-        return bool(self._queues)
+        self.listener = listener  # every event of every run the runner drives
 
     def watching(self, run_id: str) -> bool:
-        return run_id in self._queues
+        return self.listener is not None or run_id in self._queues
 
     def emit(self, run_id: str, *events: StreamEvent) -> None:
-        for queue in self._queues.get(run_id, ()):
-            for event in events:
+        for event in events:
+            if self.listener is not None:
+                self.listener(event)
+            for queue in self._queues.get(run_id, ()):
                 queue.put_nowait(event)
 
     async def follow(
