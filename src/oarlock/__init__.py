@@ -1,5 +1,13 @@
 """oarlock: durable, governed LLM agent runs.
 
+    from oarlock import Agent, tool
+
+    @tool(side_effect="read")
+    def balance(account: str) -> str: ...
+
+    agent = Agent("support", "openai:gpt-4.1", tools=[balance])
+    result = agent.run_sync("What is the balance of account 7?")
+
 The public surface is re-exported here and loaded on first use, so that ``import oarlock``
 (and the ``oarlock`` command) start fast.
 """
@@ -35,18 +43,31 @@ _EXPORTS: dict[str, str] = {
     "CanonicalizationError": "oarlock.errors",
     "DocumentInvalid": "oarlock.errors",
     "UpgradeError": "oarlock.errors",
+    # building and running agents
+    "Agent": "oarlock.engine",
+    "Limits": "oarlock.engine",
+    "Runner": "oarlock.engine",
+    "RunResult": "oarlock.engine",
+    "RunContext": "oarlock.tools",
+    "tool": "oarlock.tools",
+    "model_for": "oarlock.models",
 }
 
 __all__ = [
+    "Agent",
     "CanonicalizationError",
     "DocumentInvalid",
     "ExecutionScope",
     "FormatError",
+    "Limits",
     "OarlockError",
     "PolicyDecision",
     "Problem",
     "Report",
+    "RunContext",
     "RunDocument",
+    "RunResult",
+    "Runner",
     "ToolInvocation",
     "ToolReceipt",
     "UpgradeError",
@@ -56,12 +77,15 @@ __all__ = [
     "downgrade",
     "dump_run",
     "ensure_valid",
+    "model_for",
     "parse_run",
+    "tool",
     "upgrade",
     "validate",
 ]
 
 if TYPE_CHECKING:
+    from oarlock.engine import Agent, Limits, Runner, RunResult
     from oarlock.errors import (
         CanonicalizationError,
         DocumentInvalid,
@@ -86,6 +110,8 @@ if TYPE_CHECKING:
         upgrade,
         validate,
     )
+    from oarlock.models import model_for
+    from oarlock.tools import RunContext, tool
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

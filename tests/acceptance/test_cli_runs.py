@@ -213,6 +213,44 @@ def test_approve_with_valid_edited_arguments_completes_with_them(cli: Cli, waiti
     assert "arguments edited to" in shown
     assert '"amount": 20.0' in shown
     assert "partly broken" in shown
+    # the decision stays with the exported document: who, when, on what
+    [decision] = doc["decisions"]
+    assert decision["toolCallId"] == CALL and decision["decision"] == "approved"
+    assert decision["arguments"]["amount"] == 42.5 and decision["editedArguments"] == edit
+    assert decision["principal"].startswith("user:") and decision["decidedAt"]
+    assert doc["pendingApprovals"] == []
+
+
+def test_runs_show_follow_shows_the_decision_and_the_end_as_they_happen(
+    cli: Cli, waiting: str
+) -> None:
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "oarlock.cli", "--db", str(cli.db), "runs", "show", waiting,
+         "--follow", "--interval", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli.env,
+    )  # fmt: skip
+    try:
+        assert follower.stdout is not None
+        seen = []
+        while not any("PENDING" in s for s in seen):  # the timeline so far, then it waits
+            seen.append(follower.stdout.readline())
+            assert seen[-1], (seen, follower.stderr.read() if follower.stderr else "")
+        cli.ok("approve", waiting, CALL, "--as", "user:ana")
+        rest, err = follower.communicate(timeout=TIMEOUT)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, err
+    assert f"decision: {CALL} approved by human (user:ana) at " in rest
+    assert "status: completed at " in rest
+    assert FINAL in rest and "usage:" in rest
+    assert rest.index("decision:") < rest.index(FINAL) < rest.index("usage:")
+
+
+def test_runs_show_follow_of_a_finished_run_shows_it_and_stops(cli: Cli) -> None:
+    run_id = completed_run(cli)
+    out = cli("runs", "show", run_id, "--follow")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == cli.ok("runs", "show", run_id).strip()
 
 
 def test_deny_without_a_reason_is_a_usage_error(shared: tuple[Cli, str]) -> None:

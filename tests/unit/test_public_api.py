@@ -13,15 +13,20 @@ import oarlock
 import oarlock.formats
 
 OARLOCK_ALL = [
+    "Agent",
     "CanonicalizationError",
     "DocumentInvalid",
     "ExecutionScope",
     "FormatError",
+    "Limits",
     "OarlockError",
     "PolicyDecision",
     "Problem",
     "Report",
+    "RunContext",
     "RunDocument",
+    "RunResult",
+    "Runner",
     "ToolInvocation",
     "ToolReceipt",
     "UpgradeError",
@@ -31,7 +36,9 @@ OARLOCK_ALL = [
     "downgrade",
     "dump_run",
     "ensure_valid",
+    "model_for",
     "parse_run",
+    "tool",
     "upgrade",
     "validate",
 ]
@@ -99,9 +106,13 @@ def test_every_formats_name_resolves(name):
 
 @pytest.mark.parametrize("name", sorted(set(OARLOCK_ALL) - {"__version__"}))
 def test_top_level_names_are_the_real_objects(name):
+    import oarlock.engine
     import oarlock.errors
+    import oarlock.models
+    import oarlock.tools
 
-    source = oarlock.formats if hasattr(oarlock.formats, name) else oarlock.errors
+    sources = (oarlock.formats, oarlock.errors, oarlock.engine, oarlock.tools, oarlock.models)
+    source = next(s for s in sources if hasattr(s, name))
     assert getattr(oarlock, name) is getattr(source, name)
 
 
@@ -186,6 +197,7 @@ GOVERNANCE_ALL = [
 TOOLS_ALL = [
     "CAUTIOUS_CLASS",
     "ProcessResult",
+    "RunContext",
     "run_process",
     "ApprovalRule",
     "KeyRule",
@@ -208,6 +220,61 @@ def test_governance_and_tools_all_are_pinned():
     for module, names in ((oarlock.governance, GOVERNANCE_ALL), (oarlock.tools, TOOLS_ALL)):
         for name in names:
             assert getattr(module, name) is not None, name
+
+
+ENGINE_ALL = [
+    "TERMINAL",
+    "Agent",
+    "ApprovalRequested",
+    "CallContext",
+    "Executor",
+    "Finished",
+    "Limits",
+    "ModelResponded",
+    "RetryPolicy",
+    "RunResult",
+    "Runner",
+    "StatusChanged",
+    "StreamEvent",
+    "TextDelta",
+    "ToolFinished",
+    "ToolStarted",
+    "UserMessageAdded",
+]
+
+MODELS_ALL = [
+    "DEFAULT_PRICES",
+    "AnthropicModel",
+    "Divergence",
+    "ModelAdapter",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAIModel",
+    "Price",
+    "PricingTable",
+    "ReplayModel",
+    "ScriptedModel",
+    "model_for",
+]
+
+
+def test_engine_and_models_all_are_pinned():
+    import oarlock.engine
+    import oarlock.models
+
+    assert list(oarlock.engine.__all__) == ENGINE_ALL
+    assert list(oarlock.models.__all__) == MODELS_ALL
+    for name in ENGINE_ALL:
+        assert getattr(oarlock.engine, name) is not None, name
+    # the provider adapters are named without loading their SDKs
+    loaded = _modules_after("import oarlock.models; oarlock.models.model_for")
+    assert not {m for m in loaded if m.split(".")[0] in ("openai", "anthropic")}
+
+
+def test_building_an_agent_from_the_top_level_leaves_import_light():
+    assert "oarlock.engine" not in _modules_after("import oarlock")
+    loaded = _modules_after("import oarlock\nassert oarlock.Agent.__name__ == 'Agent'")
+    assert "oarlock.engine" in loaded
 
 
 def test_the_cedar_engine_loads_on_first_use():

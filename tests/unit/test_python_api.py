@@ -125,6 +125,60 @@ def test_a_result_decides_through_the_same_path_as_the_command_line() -> None:
     assert approved.principal == "ops:ana" and approved.signature and used_by
 
 
+def test_the_decisions_stay_with_the_document_who_when_and_on_what() -> None:
+    from oarlock.cli._show import timeline
+
+    agent = Agent(
+        "support",
+        scripted(
+            {
+                "tool_calls": [
+                    {"id": "b1", "name": "block_card", "arguments": {"customer": "c1"}},
+                    {"id": "b2", "name": "block_card", "arguments": {"customer": "c2"}},
+                ]
+            },
+            {"text": "One card blocked."},
+        ),
+        tools=[block_card],
+    )
+    store = ValidatingStore(MemoryStore())
+    runner = Runner(agent, store, clock=lambda: "2026-12-01T10:00:00Z")
+    waiting = runner.run_sync("block the cards")
+    halfway = asyncio.run(
+        runner.decide(
+            waiting.run_id, "b1", "approved", edited_arguments={"customer": "c9"},
+            principal="ops:ana",
+        )
+    )  # fmt: skip
+    # decided, not yet settled: still in the pending list, with who and when
+    first = halfway.pending_approvals[0]
+    assert (first.decision, first.principal, first.decided_at) == (
+        "approved", "ops:ana", "2026-12-01T10:00:00Z",
+    )  # fmt: skip
+    done = waiting.deny_sync("b2", "not this one", principal="ops:bo")
+    doc = done.document
+    assert done.status == "completed" and doc.pending_approvals == []
+    history = [
+        (d.tool_call_id, d.decision, d.principal, d.arguments, d.edited_arguments, d.reason)
+        for d in doc.decisions
+    ]
+    assert history == [
+        ("b1", "approved", "ops:ana", {"customer": "c1"}, {"customer": "c9"}, None),
+        ("b2", "denied", "ops:bo", {"customer": "c2"}, None, "not this one"),
+    ]
+    exported = dump_run(doc)
+    assert [d["decidedAt"] for d in exported["decisions"]] == ["2026-12-01T10:00:00Z"] * 2
+    assert validate(exported).valid
+    events = [
+        {"seq": e.seq, "kind": e.kind, "at": e.at, "data": e.data}
+        for e in asyncio.run(store.events(done.run_id))
+    ]
+    shown = "\n".join(timeline(exported, events))
+    edited = ', arguments edited to {"customer": "c9"}'
+    assert f"approved by human (ops:ana) at 2026-12-01T10:00:00Z{edited}" in shown
+    assert "denied by human (ops:bo) at 2026-12-01T10:00:00Z: not this one" in shown
+
+
 @pytest.mark.parametrize(
     ("turns", "expected"),
     [

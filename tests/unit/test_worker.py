@@ -270,7 +270,7 @@ async def test_a_run_whose_agent_cannot_be_loaded_fails_saying_why(tmp_path: Pat
     await w.stop()
     runs = {r: (await store.load(r)).document for r in (no_ref.id, bad_ref.id)}
     assert runs[no_ref.id].status == "failed"
-    assert "no agent file on record" in (runs[no_ref.id].error or "")
+    assert "has no agent on record" in (runs[no_ref.id].error or "")
     assert runs[bad_ref.id].status == "failed"
     assert str(broken) in (runs[bad_ref.id].error or "")
 

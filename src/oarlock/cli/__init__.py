@@ -120,8 +120,7 @@ def _add_run_commands(sub: Any) -> None:
         metavar="QUEUE",
         type=text,
         default="default",
-        help="the queue whose workers drive the run when it is handed to them (default: "
-        "default)",
+        help="the queue whose workers drive the run when it is handed to them (default: default)",
     )
     p.add_argument(
         "--model",
@@ -154,6 +153,21 @@ def _add_run_commands(sub: Any) -> None:
     for name, what in (("show", "a run's timeline"), ("export", "the oar/0.2 document")):
         p = rsub.add_parser(name, help=what)
         p.add_argument("run_id", metavar="RUN_ID", type=text)
+        if name == "show":
+            p.add_argument(
+                "--follow",
+                "-f",
+                action="store_true",
+                help="then show what happens as it happens, until the run ends "
+                "(exit status as for run)",
+            )
+            p.add_argument(
+                "--interval",
+                type=seconds,
+                default=0.5,
+                metavar="SECONDS",
+                help="with --follow, how often to look (default 0.5)",
+            )
         _run_action(p, f"runs {name}")
 
     for name, decision in (("approve", "approved"), ("deny", "denied"), ("respond", "responded")):
@@ -161,9 +175,7 @@ def _add_run_commands(sub: Any) -> None:
         p.add_argument("run_id", metavar="RUN_ID", type=text)
         p.add_argument("call_id", metavar="CALL_ID", type=text)
         if name == "respond":
-            p.add_argument(
-                "text", metavar="TEXT", type=text, help="the answer the model receives"
-            )
+            p.add_argument("text", metavar="TEXT", type=text, help="the answer the model receives")
         if name == "approve":
             p.add_argument(
                 "--edit", metavar="JSON", type=text, help="run with these arguments instead"
@@ -242,9 +254,7 @@ def _add_governance_commands(sub: Any) -> None:
     rsub = receipts.add_subparsers(dest="receipts_command", metavar="COMMAND", required=True)
     p = rsub.add_parser("list", help="receipts, newest first")
     p.add_argument("--run", metavar="RUN_ID", type=text, help="only this run's")
-    p.add_argument(
-        "--status", choices=["Succeeded", "Failed", "Denied", "TimedOut", "Uncertain"]
-    )
+    p.add_argument("--status", choices=["Succeeded", "Failed", "Denied", "TimedOut", "Uncertain"])
     p.add_argument("--limit", type=limit, default=50, help="at most this many (default 50)")
     p.add_argument(
         "--open",
@@ -379,9 +389,7 @@ def _add_key_commands(sub: Any) -> None:
     p.add_argument(
         "--as", dest="principal", metavar="NAME", type=text, help="the principal it signs as"
     )
-    p.add_argument(
-        "--approvers", metavar="FILE", type=path, help="the approvers file to add it to"
-    )
+    p.add_argument("--approvers", metavar="FILE", type=path, help="the approvers file to add it to")
     p.add_argument("--no-trust", action="store_true", help="do not add it to an approvers file")
     p.set_defaults(handler="oarlock.cli._keys:dispatch", action="create")
     p = ksub.add_parser("list", help="the keys an approvers file trusts")
@@ -401,15 +409,24 @@ def _add_worker_commands(sub: Any) -> None:
         "runs back; a second signal stops them at once.",
     )
     p.add_argument(
-        "--concurrency", type=concurrency, default=4, metavar="N",
+        "--concurrency",
+        type=concurrency,
+        default=4,
+        metavar="N",
         help="runs driven at once (default 4)",
     )
     p.add_argument(
-        "--tenant", action="append", type=text, metavar="TENANT",
+        "--tenant",
+        action="append",
+        type=text,
+        metavar="TENANT",
         help="claim only this tenant's runs (repeatable; default: every tenant's)",
     )
     p.add_argument(
-        "--queue", type=text, default="default", metavar="QUEUE",
+        "--queue",
+        type=text,
+        default="default",
+        metavar="QUEUE",
         help="claim the runs of this queue (default: default)",
     )
     for name, default, what in (
@@ -420,16 +437,20 @@ def _add_worker_commands(sub: Any) -> None:
         ("--drain", 30.0, "on shutdown, how long runs may take to finish their step"),
     ):
         p.add_argument(
-            name, type=seconds, default=default, metavar="SECONDS",
+            name,
+            type=seconds,
+            default=default,
+            metavar="SECONDS",
             help=f"{what} (default {default:g})",
         )
     p.set_defaults(handler="oarlock.cli._worker:dispatch", action="worker")
 
-    p = sub.add_parser(
-        "workers", help="the live workers: heartbeat age and the runs they hold"
-    )
+    p = sub.add_parser("workers", help="the live workers: heartbeat age and the runs they hold")
     p.add_argument(
-        "--within", type=seconds, default=60.0, metavar="SECONDS",
+        "--within",
+        type=seconds,
+        default=60.0,
+        metavar="SECONDS",
         help="a worker is live if it sent a heartbeat this recently (default 60)",
     )
     p.add_argument("--json", action="store_true")

@@ -286,6 +286,49 @@ async def _show_async(args: argparse.Namespace, store: RunStore) -> int:
     return EXIT_OK
 
 
+async def _follow(args: argparse.Namespace, store: RunStore) -> int:
+    """``runs show --follow``: the run's heading, then its messages and its status changes
+    and decisions as they are committed, until it ends (Ctrl-C stops following; the run
+    goes on)."""
+    import asyncio
+
+    from oarlock.cli._show import closing, event_line, message_lines
+    from oarlock.engine._core import TERMINAL
+    from oarlock.formats._codec import dump
+
+    stored = await store.load(args.run_id)
+    past = await store.events(args.run_id)
+    first = dump(stored.document)
+    decisions = [
+        {"seq": e.seq, "kind": e.kind, "at": e.at, "data": e.data}
+        for e in past
+        if e.kind == "approval_decided"
+    ]
+    so_far = timeline(first, decisions)[: -len(closing(first)) - 1]  # all but the closing
+    print("\n".join(so_far), flush=True)
+    shown, seq = len(message_lines(first, {})), max((e.seq for e in past), default=0)
+    while True:
+        doc = stored.document
+        messages = message_lines(dump(doc), {})
+        decided: list[str] = []  # decisions lead to results; what calls lead to follows
+        after: list[str] = []
+        for event in await store.events(args.run_id):
+            if event.seq > seq:
+                seq = event.seq
+                text = event_line({"kind": event.kind, "at": event.at, "data": event.data})
+                if text is not None:
+                    (decided if event.kind == "approval_decided" else after).append(text)
+        news = [*decided, *messages[shown:], *after]
+        shown = len(messages)
+        if news:
+            print("\n".join(news), flush=True)
+        if doc.status in TERMINAL:
+            print("\n".join(["", *closing(dump(doc))]))
+            return EXIT_OK if doc.status == "completed" else EXIT_HALTED
+        await asyncio.sleep(args.interval)
+        stored = await store.load(args.run_id)
+
+
 async def _export(args: argparse.Namespace, store: RunStore) -> int:
     from oarlock.formats._codec import dump
 
@@ -396,7 +439,7 @@ def _busy(run_id: str) -> OarlockError:
 
 
 async def _holder(runner: Runner, run_id: str) -> str | None:
-    """"run X is being driven by OWNER until T" when another process holds the run."""
+    """ "run X is being driven by OWNER until T" when another process holds the run."""
     from oarlock.store._queue import RunQueue
 
     store = runner.store
@@ -546,6 +589,12 @@ def read_command(args: argparse.Namespace, command: ReadCommand) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
+    if getattr(args, "follow", False):
+        try:
+            return run_command(args, _follow)
+        except KeyboardInterrupt:
+            print()
+            return 130
     read = _READS.get(args.action)
     if read is not None and isinstance(_db(args), str):
         return run_command(args, _ASYNC_READS[args.action])

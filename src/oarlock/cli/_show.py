@@ -19,7 +19,17 @@ from typing import Any
 
 from oarlock._render import block, cell, line
 
-__all__ = ["lease_text", "print_pending", "print_runs", "print_summary", "timeline"]
+__all__ = [
+    "closing",
+    "event_line",
+    "heading",
+    "lease_text",
+    "message_lines",
+    "print_pending",
+    "print_runs",
+    "print_summary",
+    "timeline",
+]
 
 _LABEL = 9  # width of the timeline's labels ("assistant")
 _UNDER = " " * (_LABEL + 2)  # later lines of a labelled text, under its first
@@ -57,6 +67,29 @@ def _clip(text: str, width: int = 400) -> str:
 def timeline(doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> list[str]:
     """The run (a run document and its events, as JSON) as lines: each message, call,
     result and decision, then usage and status."""
+    decisions = {
+        e["data"]["toolCallId"]: (e["data"], e.get("at"))
+        for e in events
+        if e.get("kind") == "approval_decided"
+        and isinstance(e.get("data"), dict)
+        and isinstance(e["data"].get("toolCallId"), str)
+        and isinstance(e["data"].get("decision"), str)
+    }
+    lines = [*heading(doc), "", *message_lines(doc, decisions)]
+    for appr in doc["pendingApprovals"]:
+        state = appr.get("decision") or "PENDING"
+        lines.append(
+            f"{'approval':>{_LABEL}}: {line(appr['toolCallId'])} {line(appr['toolName'])}"
+            f"({_args(appr['arguments'])}) {line(state)}"
+        )
+    for res in doc["bufferedToolResults"]:
+        text = f"{line(res['toolCallId'])} {_clip(_text(res['content']))}"
+        lines.append(_labelled("buffered", text))
+    return [*lines, "", *closing(doc)]
+
+
+def heading(doc: Mapping[str, Any]) -> list[str]:
+    """The run's id, agent, model, status, turns, times and tags."""
     lines = [
         f"run {line(doc['id'])}  agent {line(doc['agent'])}  model {line(doc['model'])}",
         f"status {line(doc['status'])}  turns {line(doc['turns'])}  "
@@ -64,10 +97,14 @@ def timeline(doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> lis
     ]
     if tags := doc.get("tags"):
         lines.append("tags " + _tags(tags))
-    decisions = {
-        e["data"]["toolCallId"]: e["data"] for e in events if e["kind"] == "approval_decided"
-    }
-    lines.append("")
+    return lines
+
+
+def message_lines(
+    doc: Mapping[str, Any], decisions: Mapping[str, tuple[dict[str, Any], str | None]]
+) -> list[str]:
+    """Each message's texts, calls and results; under a call, its decision if any."""
+    lines = []
     for msg in doc["messages"]:
         for part in msg["content"]:
             if part["type"] == "text":
@@ -80,22 +117,17 @@ def timeline(doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> lis
                     f"({_args(part['arguments'])})"
                 )
                 if call_id in decisions:
-                    lines.append(f"{'decision':>{_LABEL}}: {_decision(decisions[call_id])}")
+                    lines.append(f"{'decision':>{_LABEL}}: {_decision(*decisions[call_id])}")
             else:
                 mark = "error" if part.get("isError", False) else "result"
                 text = f"{line(part['toolCallId'])} {_clip(_text(part['content']))}"
                 lines.append(_labelled(mark, text))
-    for appr in doc["pendingApprovals"]:
-        state = appr.get("decision") or "PENDING"
-        lines.append(
-            f"{'approval':>{_LABEL}}: {line(appr['toolCallId'])} {line(appr['toolName'])}"
-            f"({_args(appr['arguments'])}) {line(state)}"
-        )
-    for res in doc["bufferedToolResults"]:
-        text = f"{line(res['toolCallId'])} {_clip(_text(res['content']))}"
-        lines.append(_labelled("buffered", text))
-    lines.append("")
-    lines.extend(_usage_lines(doc))
+    return lines
+
+
+def closing(doc: Mapping[str, Any]) -> list[str]:
+    """Usage, then the result or the error."""
+    lines = _usage_lines(doc)
     if doc.get("result") is not None:
         lines.append(f"result: {block(doc['result'], indent=_UNDER)}")
     if doc.get("error") is not None:
@@ -103,14 +135,41 @@ def timeline(doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> lis
     return lines
 
 
-def _decision(d: dict[str, Any]) -> str:
-    text = f"{line(d['decision'])} by {line(d['decidedBy'])}"
+def event_line(event: Mapping[str, Any]) -> str | None:
+    """A line for an event a follower wants to see as it happens (a status change, an
+    approval asked for or decided); None for the others, which the messages show."""
+    data, at = event.get("data"), event.get("at")
+    if not isinstance(data, dict):
+        return None
+    when = line(at) if isinstance(at, str) else "?"
+    kind = event.get("kind")
+    if kind == "status_changed":
+        return f"{'status':>{_LABEL}}: {line(data.get('to', '?'))} at {when}"
+    if kind == "approval_requested":
+        args = data.get("arguments")
+        shown = _args(args) if isinstance(args, dict) else ""
+        return (
+            f"{'approval':>{_LABEL}}: {line(data.get('toolCallId', '?'))} "
+            f"{line(data.get('toolName', '?'))}({shown}) asked for at {when}"
+        )
+    if kind == "approval_decided" and isinstance(data.get("decision"), str):
+        text = _decision({"decidedBy": "?", **data}, at if isinstance(at, str) else None)
+        return f"{'decision':>{_LABEL}}: {line(data.get('toolCallId', '?'))} {text}"
+    return None
+
+
+def _decision(d: dict[str, Any], at: str | None = None) -> str:
+    text = f"{line(d['decision'])} by {line(d.get('decidedBy', '?'))}"
+    if "principal" in d:
+        text += f" ({line(d['principal'])})"
+    if at is not None:
+        text += f" at {line(at)}"
     if "editedArguments" in d:
         text += f", arguments edited to {_args(d['editedArguments'])}"
     if "reason" in d:
         text += f": {line(d['reason'])}"
     if "response" in d:
-        text += f": {line(_clip(d['response']))}"
+        text += f": {line(_clip(str(d['response'])))}"
     return text
 
 

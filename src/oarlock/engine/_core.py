@@ -502,13 +502,17 @@ def apply_decision(
     reason: str | None = None,
     edited_arguments: dict[str, Any] | None = None,
     response: str | None = None,
+    principal: str | None = None,
 ) -> list[Event]:
-    """Record a decision on a pending approval. Refuses (and changes nothing) a decision on
-    a run that is not waiting, for an unknown call, or on a call already decided."""
+    """Record a decision on a pending approval (who decided, when, and on what). Refuses
+    (and changes nothing) a decision on a run that is not waiting, for an unknown call, or
+    on a call already decided."""
     approval = check_decision(
         doc, call_id, decision, edited_arguments=edited_arguments, response=response
     )
-    approval.decision, approval.decided_by = decision, by
+    approval.decision, approval.decided_by, approval.decided_at = decision, by, now
+    if principal is not None:
+        approval.principal = principal
     if reason is not None:
         approval.reason = reason
     if edited_arguments is not None:
@@ -541,6 +545,7 @@ def apply_decision(
             ("reason", reason),
             ("editedArguments", edited_arguments),
             ("response", response),
+            ("principal", principal),
         )
         if v is not None
     }
@@ -588,6 +593,8 @@ def _settle(doc: RunDocument, now: str) -> list[Event]:
     calls = last.tool_calls if isinstance(last, AssistantMessage) else []
     if all(c.id in by_id for c in calls):
         doc.messages.append(UserMessage(role="user", content=[by_id[c.id] for c in calls]))
+        if doc.pending_approvals:
+            doc.decisions = [*doc.decisions, *doc.pending_approvals]
         doc.pending_approvals.clear()
         doc.buffered_tool_results.clear()
     return _status(doc, "running", now)

@@ -231,9 +231,7 @@ class Runner(Conversations):
             return (await self.store.load(doc.id)).document
 
         with self._with_deps(doc.id, deps):
-            return await self._held(
-                doc.id, lambda hold: self._drive(doc, version, hold), taken
-            )
+            return await self._held(doc.id, lambda hold: self._drive(doc, version, hold), taken)
 
     async def resume(self, run_id: str, *, deps: Any = None) -> RunDocument:
         """Continue a stored run (in this process or any other) until it finishes or waits.
@@ -407,8 +405,10 @@ class Runner(Conversations):
                 reason=reason,
                 edited_arguments=edited,
                 response=response,
+                principal=who,
             )
 
+        who = principal or (self.approver.principal if self.approver is not None else None)
         return await self._update(run_id, apply, loaded=stored)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> RunDocument:

@@ -136,6 +136,8 @@ class PendingApproval(_Open):
     reason: str | None = None
     edited_arguments: JsonObject | None = None
     response: str | None = None
+    principal: str | None = None  # extension: who decided (a verified key id or a name)
+    decided_at: str | None = None  # extension: when
 
 
 class Usage(_Open):
@@ -161,6 +163,9 @@ class RunDocument(_Open):
     error: str | None = None
     created_at: str
     updated_at: str
+    # extension: the approvals once settled, in the order they were decided (the pending
+    # list is cleared when the run moves on; the history stays with the document)
+    decisions: list[PendingApproval] = Field(default_factory=list)
 
 
 class ExecutionScope(_Closed):

@@ -34,6 +34,7 @@ PYTHON_NAMES = frozenset(
         "buffered_tool_results",
         "cost_usd",
         "created_at",
+        "decided_at",
         "decided_by",
         "edited_arguments",
         "input_tokens",
@@ -93,12 +94,17 @@ def passes_run_schema(document: dict[str, Any]) -> bool:
 
 def _read_alike(document: dict[str, Any]) -> bool:
     """Whether the models read a document that passed the schema as the schema does: its
-    ``turns`` is an int (the schema allows 2.0, the models do not), and no object the models
+    ``turns`` is an int (the schema allows 2.0, the models do not), its ``decisions`` (if
+    any) a list of objects, and no object the models
     have fields for has a member spelled like a field's Python name."""
+    decisions = document.get("decisions", [])  # an extension member: the schema is silent
+    if not (isinstance(decisions, list) and all(isinstance(d, dict) for d in decisions)):
+        return False
     modelled = [
         document,
         document["usage"],
         *document["pendingApprovals"],
+        *decisions,
         *document["bufferedToolResults"],
         *(part for message in document["messages"] for part in message["content"]),
     ]
