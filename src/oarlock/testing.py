@@ -90,6 +90,9 @@ class ValidatingStore:
     ) -> list[RunSummary]:
         return await self.inner.list_runs(status=status, tags=tags, limit=limit, tenant=tenant)
 
+    async def ids_starting(self, prefix: str, *, limit: int = 10) -> list[str]:
+        return await self.inner.ids_starting(prefix, limit=limit)
+
     def governance(self) -> GovernanceStore:
         return ValidatingGovernanceStore(self.inner.governance())
 

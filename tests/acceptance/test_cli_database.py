@@ -185,13 +185,13 @@ def slow(seconds: float) -> str:
 
 
 def test_a_second_resume_of_a_run_another_process_drives_says_so(tmp_path: Path) -> None:
-    """Process A runs a run whose first tool takes a second. Process B resumes it meanwhile:
+    """Process A runs a run whose first tool takes a minute. Process B resumes it meanwhile:
     A holds the run's lease, so B is refused at once, naming A and its lease's deadline, and
     runs nothing."""
     (tmp_path / "oarlock_busy_tools.py").write_text(BUSY_TOOLS)
     turns = [
-        {"tool_calls": [{"name": "slow", "arguments": {"seconds": 1}}]},
-        {"tool_calls": [{"name": "slow", "arguments": {"seconds": 20}}]},
+        # long enough that A is still in it when B is refused, however slow the machine
+        {"tool_calls": [{"name": "slow", "arguments": {"seconds": 60}}]},
         {"text": "done"},
     ]
     (tmp_path / "busy.json").write_text(json.dumps({"turns": turns}))

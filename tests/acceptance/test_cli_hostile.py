@@ -292,7 +292,9 @@ def test_decisions_and_their_outputs_with_hostile_principal_and_reason(world: Wo
     assert "completed" in approved.out
     shown = world("runs", "show", run_id)
     assert_safe(shown)
-    assert "approved by human: \\x1b]0;pwned\\x07" in shown.out
+    # who decided and why, escaped: the principal in brackets, the reason after the time
+    assert "approved by human (ops:\\x1b]0;pwned\\x07" in shown.out
+    assert re.search(r"\) at \S+: \\x1b\]0;pwned\\x07", shown.out), shown.out
     exported = json.loads(world.ok("runs", "export", run_id).out)
     assert exported["messages"][-1]["content"][0]["text"] == "done " + H
     replayed = world("replay", run_id)

@@ -101,8 +101,12 @@ def test_every_command_against_a_postgresql_url(pg: PgCli, tmp_path: Path) -> No
     # refused decisions change nothing; an approval completes it
     assert pg("respond", run_id, CALL, "no").returncode == 1
     assert pg("approve", run_id, "no-such-call").returncode == 1
-    done = pg.ok("approve", run_id, CALL)
+    done = pg.ok("approve", run_id[:8], CALL)  # a run named by the start of its id
     assert FINAL in done
+    assert pg.ok("runs", "show", run_id[:8]) == pg.ok("runs", "show", run_id)
+    followed = pg.ok("runs", "show", run_id[:8], "--follow")  # it has ended: shown, done
+    assert followed.strip() == pg.ok("runs", "show", run_id).strip()
+    assert pg.export(run_id)["decisions"][0]["decision"] == "approved"
     assert pg("approve", run_id, CALL).returncode == 1  # a second decision
     (completed,) = pg.runs("--status", "completed")
     assert completed["id"] == run_id

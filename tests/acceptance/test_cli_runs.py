@@ -79,6 +79,11 @@ class Cli:
 
         return asyncio.run(go())
 
+    def rows(self) -> list[tuple[Any, ...]]:
+        """Every row of the runs table as stored: documents, versions, leases."""
+        with sqlite3.connect(self.db) as conn:
+            return conn.execute("SELECT * FROM runs ORDER BY num").fetchall()
+
     def export(self, run_id: str) -> dict[str, Any]:
         doc = json.loads(self.ok("runs", "export", run_id))
         assert isinstance(doc, dict)
@@ -283,10 +288,23 @@ def test_respond_on_a_tool_that_does_not_allow_it_fails(shared: tuple[Cli, str])
 
 def test_a_decision_on_an_unknown_call_fails(shared: tuple[Cli, str]) -> None:
     cli, waiting = shared
+    before = cli.rows()
     out = cli("approve", waiting, "call_9_9")
     assert out.returncode == 1
     assert "no pending approval" in out.stderr
     assert CALL in out.stderr
+    assert cli.rows() == before  # not even the run's lease was taken
+
+
+def test_continue_or_retry_of_a_waiting_run_is_refused_changing_nothing(
+    shared: tuple[Cli, str],
+) -> None:
+    cli, waiting = shared
+    before = cli.rows()
+    for args in (("continue", waiting, "and another thing"), ("retry", waiting)):
+        out = cli(*args)
+        assert out.returncode == 1 and "waiting_approval" in out.stderr, out
+        assert cli.rows() == before
 
 
 def test_approving_for_another_process_needs_a_key(cli: Cli, waiting: str) -> None:

@@ -185,6 +185,20 @@ def test_list_runs_newest_first_with_limit(store: RunStore) -> None:
     assert ids(store, tags={}) == ["e", "d", "c", "b", "a"]
 
 
+def test_ids_starting_finds_runs_by_the_start_of_their_id(store: RunStore) -> None:
+    for run_id in ("ab-1", "ab_2", "abc", "b", "A", "ab"):
+        run(store.create(make_doc(run_id), [ev("run_created", 0)]))
+    assert run(store.ids_starting("ab")) == ["ab", "ab-1", "ab_2", "abc"]
+    assert run(store.ids_starting("ab", limit=2)) == ["ab", "ab-1"]
+    assert run(store.ids_starting("ab_")) == ["ab_2"]  # _ is no wildcard
+    assert run(store.ids_starting("ab%")) == []  # nor is %
+    assert run(store.ids_starting("a")) == ["ab", "ab-1", "ab_2", "abc"]  # case counts
+    assert run(store.ids_starting("abc")) == ["abc"]
+    assert run(store.ids_starting("abcd")) == []
+    assert run(store.ids_starting("")) == ["A", "ab", "ab-1", "ab_2", "abc", "b"]
+    assert run(store.ids_starting("zz\U0010ffff")) == []
+
+
 def test_list_runs_filters_by_status_and_tags(store: RunStore) -> None:
     _seed_listing(store)
     assert ids(store, status="running") == ["d", "c", "a"]

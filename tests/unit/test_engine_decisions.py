@@ -128,6 +128,9 @@ class YieldingStore:
                         limit: int = 100, tenant: str | None = None) -> list[RunSummary]:
         return await self.inner.list_runs(status=status, tags=tags, limit=limit, tenant=tenant)
 
+    async def ids_starting(self, prefix: str, *, limit: int = 10) -> list[str]:
+        return await self.inner.ids_starting(prefix, limit=limit)
+
     def governance(self) -> Any:
         return self._governance
 

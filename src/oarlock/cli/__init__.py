@@ -98,7 +98,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long each MCP server may take to start and list its tools (default 30)",
     )
     p.set_defaults(handler="oarlock.cli._check:run_check")
+    _db_after_the_command(parser)
     return parser
+
+
+# the commands that open the run database, by the module that handles them
+_DB_HANDLERS = ("oarlock.cli._runs:", "oarlock.cli._governance:", "oarlock.cli._worker:",
+                "oarlock.cli._demo:")  # fmt: skip
+
+
+def _db_after_the_command(parser: argparse.ArgumentParser) -> None:
+    """``--db`` given after the command (``oarlock runs show ID --db PATH``) as well as
+    before it: every command that opens the database takes it too, and, given there, it
+    wins over the one before."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in {id(p): p for p in action.choices.values()}.values():
+            if sub.get_default("handler") is None:
+                _db_after_the_command(sub)  # a group of commands: its own subcommands
+            elif str(sub.get_default("handler")).startswith(_DB_HANDLERS):
+                sub.add_argument(
+                    "--db", metavar="PATH|URL", type=path, default=argparse.SUPPRESS,
+                    help="the run database (as before the command)",
+                )  # fmt: skip
 
 
 def _run_action(p: argparse.ArgumentParser, action: str) -> None:

@@ -35,7 +35,9 @@ def _ask(doc: RunDocument) -> bool:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    db = line(_db(args))
+    import shlex
+
+    db = line(shlex.quote(str(_db(args))))
     store = open_store(args, create=True)
     live = Live()
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,7 +24,15 @@ from oarlock._render import dumps, line
 from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
 from oarlock.cli._show import print_runs, print_summary, timeline
-from oarlock.errors import ConfigError, ConflictError, LeaseLost, OarlockError, RunBusy
+from oarlock.errors import (
+    ConfigError,
+    ConflictError,
+    LeaseLost,
+    NotFound,
+    OarlockError,
+    RunBusy,
+    UsageError,
+)
 from oarlock.store._dburl import is_postgres_url
 from oarlock.store._sqlite import SQLiteStore, default_db_path
 
@@ -64,6 +72,18 @@ def _db(args: argparse.Namespace) -> Path | str:
     if explicit and is_postgres_url(explicit):
         return explicit
     return default_db_path()
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """``oarlock``, with ``--db`` when the database is not the one a command given in
+    this shell finds by itself (the default, or ``$OARLOCK_DB``): the start of a command
+    to copy."""
+    import shlex
+
+    given = getattr(args, "db", None)
+    if not given or given == os.environ.get("OARLOCK_DB"):
+        return "oarlock"
+    return f"oarlock --db {line(shlex.quote(str(given)))}"
 
 
 def open_store(args: argparse.Namespace, *, create: bool = False) -> SQLiteStore | PostgresStore:
@@ -146,10 +166,32 @@ async def _with_store(
 ) -> T:
     store = open_store(args, create=create)
     try:
+        if isinstance(getattr(args, "run_id", None), str):
+            args.run_id = one_run(args.run_id, await store.ids_starting(args.run_id, limit=6))
+        if isinstance(getattr(args, "run", None), str):  # a filter: no run, no receipts
+            found = await store.ids_starting(args.run, limit=6)
+            args.run = one_run(args.run, found) if found else args.run
         return await work(store)
     finally:
         await store.close()
         _live.close()
+
+
+def one_run(given: str, found: Sequence[str]) -> str:
+    """The run ``given`` names, of the ids ``found`` starting with it: itself if it is
+    one, else the only one. NotFound if there is none; UsageError if several."""
+    if given in found:
+        return given
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise NotFound(f"no run {given}")
+    some = ", ".join(found[:5])
+    more = ", ..." if len(found) > 5 else ""
+    raise UsageError(
+        f"{given} starts the ids of several runs ({some}{more}): give more of it",
+        code="ambiguous_run_id",
+    )
 
 
 async def _agent_of(store: RunStore, run_id: str) -> Agent:
@@ -177,10 +219,10 @@ def _load(agent_file: str, model: str | None) -> Agent:
     return agent
 
 
-def _finish(doc: RunDocument) -> int:
+def _finish(doc: RunDocument, args: argparse.Namespace) -> int:
     from oarlock.formats._codec import dump
 
-    print_summary(dump(doc))
+    print_summary(dump(doc), command_line(args))
     return EXIT_OK if doc.status in _DONE_OK else EXIT_HALTED
 
 
@@ -198,7 +240,7 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
     async with agent.connected():
         runner = _runner(agent, store)
         doc = await runner.start(args.input, tags=tags, agent_ref=agent_file, queue=args.queue)
-    return _finish(await _taken(doc, runner))
+    return _finish(await _taken(doc, runner), args)
 
 
 # a worker that has not heartbeaten for a minute is taken for gone, in advice
@@ -415,7 +457,7 @@ async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
         if holder is not None:  # another process held the run: the decision is its to act on
             print(holder)
             return EXIT_OK
-    return _finish(doc)
+    return _finish(doc, args)
 
 
 async def _resumed(runner: Runner, run_id: str) -> RunDocument:
@@ -460,21 +502,21 @@ async def _resume(args: argparse.Namespace, store: RunStore) -> int:
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _resumed(_runner(agent, store), args.run_id)
-    return _finish(doc)
+    return _finish(doc, args)
 
 
 async def _continue(args: argparse.Namespace, store: RunStore) -> int:
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _runner(agent, store).continue_run(args.run_id, args.text)
-    return _finish(doc)
+    return _finish(doc, args)
 
 
 async def _retry(args: argparse.Namespace, store: RunStore) -> int:
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _runner(agent, store).retry(args.run_id)
-    return _finish(doc)
+    return _finish(doc, args)
 
 
 async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
@@ -583,6 +625,8 @@ def read_command(args: argparse.Namespace, command: ReadCommand) -> int:
         if not isinstance(store, SQLiteStore):
             raise OarlockError("a read command needs an SQLite database", code="usage")
         with store:
+            if isinstance(getattr(args, "run_id", None), str):
+                args.run_id = one_run(args.run_id, store.read_ids_starting(args.run_id, limit=6))
             return command(args, store)
     except OarlockError as exc:
         return refused(exc)

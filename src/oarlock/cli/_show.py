@@ -195,15 +195,19 @@ def print_pending(doc: Mapping[str, Any]) -> None:
         print(f"  buffered result of {line(res['toolCallId'])} ({line(res['toolName'])}): {text}")
 
 
-def print_summary(doc: Mapping[str, Any]) -> None:
-    """Where a run (a run document as JSON) stands, after a command moved it."""
+def print_summary(doc: Mapping[str, Any], command: str = "oarlock") -> None:
+    """Where a run (a run document as JSON) stands, after a command moved it; the decision
+    commands to give next start with ``command`` (``oarlock --db PATH`` for a database
+    other than the default)."""
     run_id, status = line(doc["id"]), line(doc["status"])
     print(f"run {run_id}: {status} after {line(doc['turns'])} turns")
     if doc["status"] == "waiting_approval":
         print_pending(doc)
+        undecided = [a for a in doc["pendingApprovals"] if a.get("decision") is None]
+        call = line(undecided[0]["toolCallId"]) if len(undecided) == 1 else "CALL_ID"
         print(
-            f"  decide with: oarlock approve {run_id} CALL_ID  |  oarlock deny {run_id} "
-            "CALL_ID --reason TEXT"
+            f"  decide with: {command} approve {run_id} {call}  |  "
+            f"{command} deny {run_id} {call} --reason TEXT"
         )
     if doc.get("result") is not None:
         print(f"result: {block(doc['result'], indent=_UNDER)}")
@@ -226,7 +230,8 @@ def print_runs(runs: Sequence[Mapping[str, Any]]) -> None:
     """The run table; ``runs`` as ``SQLiteStore.read_runs`` gives them, with the holder of
     each run driven now and its lease's deadline. Not on a terminal, one run a line, its
     fields separated by tabs (a tab in a field shows as ``\\t``; a run nobody holds has
-    the last two empty)."""
+    the last two empty); on a terminal, a running run nobody holds is marked: nothing
+    drives it (its process died, or it waits for a worker)."""
     import sys
 
     fields = [
@@ -248,10 +253,24 @@ def print_runs(runs: Sequence[Mapping[str, Any]]) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, pad_edge=False)
     for col in ("run", "agent", "status", "turns", "updated", "tags", "held by", "until"):
         table.add_column(col, no_wrap=col in ("run", "updated", "until"))
+    stalled = 0
     for row in fields:
-        table.add_row(*(cell(value) for value in row))
-    Console().print(table)
+        cells = [cell(value) for value in row]
+        if row[2] == "running" and not row[6]:  # running, and no one drives it
+            stalled += 1
+            cells[6] = Text("nobody", style="bold yellow")
+        table.add_row(*cells)
+    console = Console()
+    console.print(table)
+    if stalled:
+        console.print(
+            f"[yellow]{stalled} running run{'s' if stalled > 1 else ''} held by nobody: "
+            "nothing drives {0}; oarlock resume RUN_ID drives one here, oarlock worker "
+            "drives them all[/]".format("them" if stalled > 1 else "it"),
+            highlight=False,
+        )

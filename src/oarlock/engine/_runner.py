@@ -267,7 +267,9 @@ class Runner(Conversations):
         self, run_id: str, apply: Callable[[RunDocument], list[Event]], deps: Any
     ) -> RunDocument:
         """Change a stored run so that it runs again (``apply``), then drive it, holding
-        its lease from before the change."""
+        its lease from before the change. A change refused as the run stands (a run not
+        in a state to run again) is refused before the lease is taken: nothing changes."""
+        apply((await self.store.load(run_id)).document.model_copy(deep=True))
 
         async def drive(hold: Hold) -> RunDocument:
             await self._update(run_id, apply, lease=hold.lease)
@@ -345,6 +347,14 @@ class Runner(Conversations):
 
         if not resume:
             return await decided()
+        # a decision refused as it stands is refused before the run's lease is taken: a
+        # refusal changes nothing, not even the lease
+        doc = (await self.store.load(run_id)).document
+        if not any(core.lapsed(a, self.clock()) for a in doc.pending_approvals):
+            edited = self._check_decision(doc, call_id, decision, edited_arguments)
+            core.check_decision(
+                doc, call_id, decision, edited_arguments=edited, response=response
+            )
 
         async def drive(hold: Hold) -> RunDocument:
             doc = await decided()

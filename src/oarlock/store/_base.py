@@ -134,6 +134,11 @@ class RunStore(Protocol):
         """Runs, newest first, filtered by status, by every given tag and by tenant."""
         ...
 
+    async def ids_starting(self, prefix: str, *, limit: int = 10) -> list[str]:
+        """The ids of at most ``limit`` runs that start with ``prefix``, in order (a run
+        named by the start of its id, as ``git`` names commits)."""
+        ...
+
     def governance(self) -> GovernanceStore:
         """Where the governed executor keeps its records, beside these runs."""
         ...

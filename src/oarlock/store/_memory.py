@@ -195,6 +195,11 @@ class MemoryStore:
         out.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return out[: max(limit, 0)]
 
+    async def ids_starting(self, prefix: str, *, limit: int = 10) -> list[str]:
+        with self.lock:
+            ids = sorted(i for i in self._runs if i.startswith(prefix))
+        return ids[: max(limit, 0)]
+
     async def close(self) -> None:
         return None
 

@@ -318,6 +318,13 @@ class PostgresStore(PostgresQueue):
         rows = await self.fetch("listing runs", _q("list_runs"), params)
         return [_summary(row) for row in rows]
 
+    async def ids_starting(self, prefix: str, *, limit: int = 10) -> list[str]:
+        params = {"prefix": prefix, "limit": max(limit, 0)}
+        rows = await self.fetch(
+            "finding runs by the start of their id", _q("ids_starting"), params
+        )
+        return [row["id"] for row in rows]
+
     def governance(self) -> PostgresGovernanceStore:
         """The governed executor's records, in this database."""
         from oarlock.store._postgres_governance import PostgresGovernanceStore

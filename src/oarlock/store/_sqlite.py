@@ -613,6 +613,16 @@ class SQLiteStore(SQLiteQueue):
             name = "list_runs" if status is None else "list_runs_by_status"
         return [_summary(row) for row in self._query(name, params, "listing runs")]
 
+    async def ids_starting(self, prefix: str, *, limit: int = 10) -> list[str]:
+        return self.read_ids_starting(prefix, limit=limit)
+
+    def read_ids_starting(self, prefix: str, *, limit: int = 10) -> list[str]:
+        """:meth:`ids_starting`, synchronously (for commands that only read): a range of
+        the id index, from ``prefix`` to the first string past every one it starts."""
+        params = {"low": prefix, "high": prefix + "\U0010ffff", "limit": max(limit, 0)}
+        rows = self._query("ids_starting", params, "finding runs by the start of their id")
+        return [row["id"] for row in rows]
+
     def governance(self) -> SQLiteGovernanceStore:
         """The governed executor's records, in this database."""
         from oarlock.store._sqlite_governance import SQLiteGovernanceStore

@@ -101,6 +101,14 @@ FROM runs AS r LEFT JOIN events AS e ON e.run_id = r.id
 WHERE r.id = %(id)s
 ORDER BY e.seq;
 
+-- name: ids_starting
+-- Runs whose id starts with a prefix, across tenants; compared as text whatever the
+-- database's collation.
+SELECT id FROM runs
+WHERE starts_with(id, %(prefix)s::text)
+ORDER BY id COLLATE "C"
+LIMIT %(limit)s;
+
 -- name: list_runs
 -- Across tenants unless %(tenant)s is given. holder and lease_until: the live lease.
 SELECT id, agent, status, tags, turns, created_at, updated_at, tenant,

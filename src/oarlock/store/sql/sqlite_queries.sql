@@ -60,6 +60,11 @@ FROM runs AS r LEFT JOIN events AS e ON e.run_num = r.num
 WHERE r.id = :id
 ORDER BY e.seq;
 
+-- name: ids_starting
+-- Runs whose id starts with a prefix: :low is the prefix, :high the prefix and U+10FFFF
+-- (ids compare as binary text, so the range is exactly the ids starting with it).
+SELECT id FROM runs WHERE id >= :low AND id < :high ORDER BY id LIMIT :limit;
+
 -- name: list_runs
 -- Each run with its tenant, and the holder and deadline of its lease while it is live.
 SELECT id, agent, status, tags, turns, created_at, updated_at, tenant,
