@@ -13,12 +13,13 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from oarlock._secrets import redact
 from oarlock.engine import _core as core
 from oarlock.engine._agent import Agent
 from oarlock.engine._conversation import Conversations
+from oarlock.engine._decisions import Decisions
 from oarlock.engine._execute import (
     CallContext,
     Executor,
@@ -38,7 +39,6 @@ from oarlock.engine._stream import (
 )
 from oarlock.errors import (
     ConflictError,
-    DecisionRefused,
     LeaseLost,
     ModelError,
     RetryableModelError,
@@ -47,7 +47,7 @@ from oarlock.errors import (
 )
 from oarlock.formats._models import Message, RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
-from oarlock.governance._approvers import ApproverKey, process_approver
+from oarlock.governance._approvers import ApproverKey
 from oarlock.governance._executor import GovernedExecutor
 from oarlock.governance._sanitize import sanitize
 from oarlock.models._base import ModelRequest, ModelResponse, TextSink, TurnText
@@ -59,7 +59,6 @@ from oarlock.tools._tool import Tool, ToolArgumentsError
 __all__ = ["RetryPolicy", "Runner", "cancel_run", "update_run"]
 
 T = TypeVar("T")
-_MAX_EXPIRY = 366 * 86400  # a year and a day, as the command line allows
 EventHook = Callable[[RunDocument, list[Event]], None]
 
 
@@ -84,7 +83,7 @@ class _CancelledElsewhere(Exception):
         self.stored = stored
 
 
-class Runner(Conversations):
+class Runner(Conversations, Decisions):
     """Runs one agent's runs against one store.
 
     Every tool call goes through ``executor``: by default a
@@ -299,128 +298,6 @@ class Runner(Conversations):
             busy=busy,
         )
 
-    async def expire_approvals(self, run_id: str) -> RunDocument:
-        """Deny (by policy, reason: expired) the run's approvals past their deadline."""
-        return await self._update(run_id, lambda d: core.expire_approvals(d, self.clock()))
-
-    async def decide(
-        self,
-        run_id: str,
-        call_id: str,
-        decision: Literal["approved", "denied", "responded"],
-        *,
-        reason: str | None = None,
-        edited_arguments: dict[str, Any] | None = None,
-        response: str | None = None,
-        by: Literal["human", "policy"] = "human",
-        principal: str | None = None,
-        expires_in: float | None = None,
-        resume: bool = False,
-        deps: Any = None,
-    ) -> RunDocument:
-        """Record one decision. Approvals past their deadline are denied first. An
-        approval is kept by the executor (bound to the call's exact arguments, used at
-        most once, optionally expiring ``expires_in`` seconds from now) before the run
-        records it, signed by ``principal`` (default: the runner's approver, else
-        ``human``) with the runner's approver key. A racing writer makes this re-read and
-        re-apply, so a second decision on the same call is refused as already decided;
-        nothing is lost.
-
-        ``resume=True`` then drives the run on, if the decision left it running, holding
-        its lease from before the decision to the end of the drive (on a run queue): no
-        worker takes the run in between, so an approval this process alone trusts (signed
-        with its own key) is used by this process. When another process holds the run
-        already, the decision is recorded all the same and the run left to its holder."""
-
-        async def decided() -> RunDocument:
-            return await self._decide(
-                run_id,
-                call_id,
-                decision,
-                reason=reason,
-                edited_arguments=edited_arguments,
-                response=response,
-                by=by,
-                principal=principal,
-                expires_in=expires_in,
-            )
-
-        if not resume:
-            return await decided()
-        # a decision refused as it stands is refused before the run's lease is taken: a
-        # refusal changes nothing, not even the lease
-        doc = (await self.store.load(run_id)).document
-        if not any(core.lapsed(a, self.clock()) for a in doc.pending_approvals):
-            edited = self._check_decision(doc, call_id, decision, edited_arguments)
-            core.check_decision(
-                doc, call_id, decision, edited_arguments=edited, response=response
-            )
-
-        async def drive(hold: Hold) -> RunDocument:
-            doc = await decided()
-            if doc.status != "running":
-                return doc
-            stored = await self.store.load(run_id)
-            return await self._drive(stored.document, stored.version, hold)
-
-        with self._with_deps(run_id, deps):
-            return await self._held(run_id, drive, decided)
-
-    async def _decide(
-        self,
-        run_id: str,
-        call_id: str,
-        decision: Literal["approved", "denied", "responded"],
-        *,
-        reason: str | None,
-        edited_arguments: dict[str, Any] | None,
-        response: str | None,
-        by: Literal["human", "policy"],
-        principal: str | None,
-        expires_in: float | None,
-    ) -> RunDocument:
-        stored = await self.store.load(run_id)
-        doc = stored.document
-        now = self.clock()
-        if any(core.lapsed(a, now) for a in doc.pending_approvals):
-            pending = next((a for a in doc.pending_approvals if a.tool_call_id == call_id), None)
-            deadline = None if pending is None else core.lapsed(pending, now)
-            await self.expire_approvals(run_id)
-            if deadline is not None:
-                raise DecisionRefused(
-                    f"call {call_id} was not decided by its deadline ({deadline}); "
-                    "policy denied it",
-                    code="approval_expired",
-                )
-            stored = await self.store.load(run_id)
-            doc = stored.document
-        if decision == "approved":
-            await self._keep_approval(
-                doc,
-                call_id,
-                edited=edited_arguments,
-                response=response,
-                principal=principal,
-                expires_in=expires_in,
-            )
-
-        def apply(doc: RunDocument) -> list[Event]:
-            edited = self._check_decision(doc, call_id, decision, edited_arguments)
-            return core.apply_decision(
-                doc,
-                call_id,
-                decision,
-                by=by,
-                now=self.clock(),
-                reason=reason,
-                edited_arguments=edited,
-                response=response,
-                principal=who,
-            )
-
-        who = principal or (self.approver.principal if self.approver is not None else None)
-        return await self._update(run_id, apply, loaded=stored)
-
     async def cancel(self, run_id: str, reason: str | None = None) -> RunDocument:
         return await cancel_run(
             self.store, run_id, reason, clock=self.clock, on_commit=self.on_commit
@@ -432,95 +309,6 @@ class Runner(Conversations):
             doc.id, doc.agent, self.agent.scope, doc.turns, self.replay_of, fence,
             self._deps.get(doc.id),
         )  # fmt: skip
-
-    async def _keep_approval(
-        self,
-        doc: RunDocument,
-        call_id: str,
-        *,
-        edited: dict[str, Any] | None,
-        response: str | None,
-        principal: str | None,
-        expires_in: float | None,
-    ) -> None:
-        """Check the approval as the run would (every refusal comes before anything is
-        stored), then hand it to the executor; a second approval of one call loses there,
-        whichever process made it."""
-        checked = self._check_decision(doc, call_id, "approved", edited)
-        pending = core.check_decision(
-            doc, call_id, "approved", edited_arguments=checked, response=response
-        )
-        tool = self.agent.tools.get(pending.tool_name)
-        if tool is None:
-            return  # the call cannot run; the run says so when it resumes
-        try:
-            arguments = tool.validate_arguments(pending.arguments if checked is None else checked)
-        except ToolArgumentsError as exc:
-            raise DecisionRefused(
-                f"the call's arguments are invalid: {exc}", code="invalid_edit"
-            ) from None
-        now = self.clock()
-        if expires_in is not None and not (
-            isinstance(expires_in, int | float)
-            and not isinstance(expires_in, bool)
-            and 0 < expires_in <= _MAX_EXPIRY
-        ):
-            raise DecisionRefused(
-                f"an approval's lifetime must be more than 0 and at most {_MAX_EXPIRY} "
-                f"seconds, not {expires_in!r}",
-                code="invalid_expiry",
-            )
-        expires_at = None if expires_in is None else shift_rfc3339(now, expires_in)
-        try:
-            await self.executor.record_approval(
-                tool,
-                call_id,
-                arguments,
-                self._ctx(doc),
-                signer=self._signer(principal),
-                expires_at=expires_at,
-            )
-        except ConflictError:
-            raise DecisionRefused(
-                f"call {call_id} was already decided", code="already_decided"
-            ) from None
-
-    def _signer(self, principal: str | None) -> ApproverKey:
-        if self.approver is not None:
-            return ApproverKey(principal or self.approver.principal, self.approver.private_key)
-        if self.agent.approvers is not None:
-            raise DecisionRefused(
-                f"agent {self.agent.name!r} accepts approvals signed by its configured "
-                "approvers only; sign with one of their keys (oarlock approve --key, "
-                "Runner(approver=...))",
-                code="approval_unauthenticated",
-            )
-        return process_approver(principal or "human")
-
-    def _check_decision(
-        self,
-        doc: RunDocument,
-        call_id: str,
-        decision: str,
-        edited: dict[str, Any] | None,
-    ) -> dict[str, Any] | None:
-        pending = next((a for a in doc.pending_approvals if a.tool_call_id == call_id), None)
-        tool = self.agent.tools.get(pending.tool_name) if pending else None
-        if pending is None or tool is None or pending.decision is not None:
-            return edited  # the core names the refusal
-        if decision == "responded" and not tool.allow_response:
-            raise DecisionRefused(
-                f"tool {tool.name!r} does not let a human answer in its place",
-                code="response_not_allowed",
-            )
-        if edited is None:
-            return None
-        try:
-            tool.validate_arguments(edited)
-        except ToolArgumentsError as exc:
-            code = "edit_not_canonical" if exc.code == "arguments_not_canonical" else "invalid_edit"
-            raise DecisionRefused(f"edited arguments refused: {exc}", code=code) from None
-        return edited
 
     async def _update(
         self,
