@@ -57,10 +57,11 @@ class ValidatingStore:
         agent_ref: str | None = None,
         tenant: str = "default",
         queue: str = "default",
+        flush: bool = True,
     ) -> int:
         self._check(document)
         return await self.inner.create(
-            document, events, agent_ref=agent_ref, tenant=tenant, queue=queue
+            document, events, agent_ref=agent_ref, tenant=tenant, queue=queue, flush=flush
         )
 
     async def load(self, run_id: str) -> StoredRun:
@@ -73,9 +74,12 @@ class ValidatingStore:
         events: list[Event],
         *,
         lease: Lease | None = None,
+        flush: bool = True,
     ) -> int:
         self._check(document)
-        return await self.inner.save(document, expected_version, events, lease=lease)
+        return await self.inner.save(
+            document, expected_version, events, lease=lease, flush=flush
+        )
 
     async def events(self, run_id: str) -> list[Event]:
         return await self.inner.events(run_id)

@@ -1,18 +1,26 @@
 """How many commits a run costs on SQLite, and which of them wait for the disk: the floor
-under every durable figure in bench/results.md. A 10-turn run of one read tool commits its
-creation, each turn's model response and tool results, and the answer, each flushed before
-the run goes on (22); each governed read call adds two unflushed commits (its claim before the
-tool runs, its receipt after), and the drive two more (the run's lease taken and given back).
-Resuming a paused run flushes four: the decision, the spend call's claim (before the tool
-runs), the results and the answer; the lease of the drive adds two unflushed commits."""
+under every durable figure in bench/results.md, and the runner's flush rule (see
+``Runner._step``) pinned.
+
+A 10-turn run of one read tool flushes each model response (10 calls for tools, then the
+answer: 11). Its creation and each step's read results ride on the next flush (11 unflushed
+commits), as do each governed read call's claim and receipt (20) and the drive's lease taken
+and given back (2). A step that ran a call with an effect outside the sandbox is flushed with
+its results and receipts. Resuming a paused run flushes four: the decision, the spend call's
+claim (before the tool runs), the results and the answer; the lease of the drive adds two
+unflushed commits, the approval and the receipt two more."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from helpers import echo_agent
+from helpers import echo, echo_agent
 from oarlock.engine import Agent, Runner
+from oarlock.governance import RulePolicy
+from oarlock.models import ScriptedModel
 from oarlock.store import SQLiteStore
+from oarlock.tools import tool
 
 
 def agent(tool_turns: int, final_call: str | None = None) -> Agent:
@@ -34,15 +42,41 @@ def count_commits(store: SQLiteStore) -> dict[str, int]:
     return counts
 
 
-async def test_a_ten_turn_run_flushes_22_commits_and_adds_two_unflushed_per_call_and_drive(
+async def test_a_ten_turn_run_of_reads_flushes_its_eleven_model_responses(
     tmp_path: Path,
 ) -> None:
     async with SQLiteStore(tmp_path / "c.db") as store:
         counts = count_commits(store)
         doc = await Runner(agent(10), store).start("go")
         assert doc.status == "completed" and doc.turns == 11
-    # unflushed: 10 claims and 10 receipts of the reads; the lease taken, then given back
-    assert counts == {"FULL": 22, "NORMAL": 22}
+    # unflushed: the creation, 10 steps of read results, 10 claims and 10 receipts of the
+    # reads, the lease taken and given back
+    assert counts == {"FULL": 11, "NORMAL": 33}
+
+
+@tool(side_effect="external")
+async def note(text: str) -> str:
+    """Write a note (an effect outside the sandbox, allowed without approval below)."""
+    return f"noted {text}"
+
+
+async def test_a_step_with_an_effect_flushes_its_results(tmp_path: Path) -> None:
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "b"}},
+                        {"name": "note", "arguments": {"text": "c"}}]},
+        {"text": "done"},
+    ]  # fmt: skip
+    rule = {"id": "notes", "effect": "allow", "match": {"tool": "note"}}
+    policy = RulePolicy({"policy": "notes", "rules": [rule]})
+    writer = Agent("w", ScriptedModel(turns), tools=[echo, note], policy=policy)
+    async with SQLiteStore(tmp_path / "c.db") as store:
+        counts = count_commits(store)
+        doc = await Runner(writer, store).start("go")
+        assert doc.status == "completed", doc.error
+    # flushed: 3 model responses, the mixed step's results, the write's claim; unflushed:
+    # the creation, the read step's results, 2 read claims, 3 receipts, the lease twice
+    assert counts == {"FULL": 5, "NORMAL": 9}
 
 
 async def test_resuming_after_an_approval_flushes_four_commits(tmp_path: Path) -> None:
@@ -57,6 +91,6 @@ async def test_resuming_after_an_approval_flushes_four_commits(tmp_path: Path) -
         await runner.decide(paused.id, call, "approved")
         done = await runner.resume(paused.id)
         assert done.status == "completed"
-    # flushed: decision, claim, results, answer; unflushed: the approval, the receipt, the
-    # lease of the resume taken and given back
+    # flushed: decision, claim, results (the spend's step), answer; unflushed: the
+    # approval, the receipt, the lease of the resume taken and given back
     assert counts == {"FULL": 4, "NORMAL": 4}

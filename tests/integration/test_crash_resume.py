@@ -38,7 +38,7 @@ INPUT = "Order A-1 arrived damaged; check it and charge the carrier back."
 APPROVAL_CALL = "call_2_1"
 # every tool call of the script, once each
 BASELINE_CALLS = ["lookup_order", "stock_level", "fragile_report", "charge_back", "lookup_order"]
-VOLATILE = frozenset({"id", "createdAt", "updatedAt", "requestedAt"})
+VOLATILE = frozenset({"id", "createdAt", "updatedAt", "requestedAt", "decidedAt"})
 TERMINAL = frozenset({"completed", "failed", "halted_budget", "halted_max_turns", "cancelled"})
 
 TOOLS = '''

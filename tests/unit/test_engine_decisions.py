@@ -103,9 +103,9 @@ class YieldingStore:
 
     async def create(self, document: RunDocument, events: list[Event], *,
                      agent_ref: str | None = None, tenant: str = "default",
-                     queue: str = "default") -> int:
+                     queue: str = "default", flush: bool = True) -> int:
         return await self.inner.create(document, events, agent_ref=agent_ref, tenant=tenant,
-                                       queue=queue)
+                                       queue=queue, flush=flush)
 
     async def load(self, run_id: str) -> StoredRun:
         stored = await self.inner.load(run_id)
@@ -113,10 +113,11 @@ class YieldingStore:
         return stored
 
     async def save(self, document: RunDocument, expected_version: int,
-                   events: list[Event], *, lease: Any = None) -> int:
+                   events: list[Event], *, lease: Any = None, flush: bool = True) -> int:
         await asyncio.sleep(0)
         try:
-            return await self.inner.save(document, expected_version, events, lease=lease)
+            return await self.inner.save(document, expected_version, events, lease=lease,
+                                         flush=flush)
         except ConflictError:
             self.conflicts += 1
             raise

@@ -57,10 +57,11 @@ async def test_a_drive_takes_the_runs_lease_and_gives_it_back() -> None:
     runner = Runner(echo_agent("a", 2), ValidatingStore(store))
     real_save = store.save
 
-    async def save(document: Any, expected: int, events: Any, *, lease: Any = None) -> int:
+    async def save(document: Any, expected: int, events: Any, *, lease: Any = None,
+                   flush: bool = True) -> int:
         assert lease is not None and lease.owner == process_holder()
         epochs.append(lease.epoch)
-        return await real_save(document, expected, events, lease=lease)
+        return await real_save(document, expected, events, lease=lease, flush=flush)
 
     store.save = save  # type: ignore[method-assign]
     doc = await runner.start("go")
@@ -240,9 +241,9 @@ async def test_a_decision_then_resume_holds_the_lease_from_before_the_decision()
 
     class Watched(MemoryStore):
         async def save(self, document: Any, expected: int, events: Any, *,
-                       lease: Any = None) -> int:
+                       lease: Any = None, flush: bool = True) -> int:
             holders.append([x.owner for x in await self.leases()])
-            return await super().save(document, expected, events, lease=lease)
+            return await super().save(document, expected, events, lease=lease, flush=flush)
 
     store = Watched()
     runner = Runner(echo_agent("a", 0, pay_last=True), store)

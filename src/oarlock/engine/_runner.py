@@ -161,10 +161,12 @@ class Runner(Conversations, Decisions):
         run_id: str | None = None,
         queue: str = "default",
         message_history: Sequence[Message] = (),
+        flush: bool = True,
     ) -> tuple[RunDocument, int]:
         """Store a new run (its conversation: ``message_history``, then ``input``).
         ``agent_ref`` says where other processes find the agent (an agent file, or
-        ``module:name``); by default, the agent's own :attr:`~Agent.ref`."""
+        ``module:name``); by default, the agent's own :attr:`~Agent.ref`. ``flush=False``
+        when the run is driven at once: its first model response is flushed with it."""
         doc, events = core.new_run(
             run_id=run_id or str(uuid.uuid4()),
             agent=self.agent.name,
@@ -180,6 +182,7 @@ class Runner(Conversations, Decisions):
             agent_ref=agent_ref if agent_ref is not None else self.agent.ref,
             tenant=self.agent.tenant,
             queue=queue,
+            flush=flush,
         )
         self._notify(doc, events)
         return doc, version
@@ -224,6 +227,7 @@ class Runner(Conversations, Decisions):
             run_id=run_id,
             queue=queue,
             message_history=message_history,
+            flush=False,  # the drive's first commit, a model response, is flushed
         )
 
         async def taken() -> RunDocument:
@@ -362,10 +366,16 @@ class Runner(Conversations, Decisions):
         return result
 
     async def _commit(
-        self, doc: RunDocument, version: int, events: list[Event], fence: Lease | None
+        self,
+        doc: RunDocument,
+        version: int,
+        events: list[Event],
+        fence: Lease | None,
+        *,
+        flush: bool = True,
     ) -> int:
         try:
-            version = await self.store.save(doc, version, events, lease=fence)
+            version = await self.store.save(doc, version, events, lease=fence, flush=flush)
         except LeaseLost:
             raise
         except ConflictError:
@@ -385,8 +395,8 @@ class Runner(Conversations, Decisions):
                 action = core.next_action(doc, self.agent.limits)
                 if isinstance(action, core.Idle) or (self.pause is not None and self.pause()):
                     return doc
-                events = await self._step(doc, action, fence)
-                version = await self._commit(doc, version, events, fence)
+                events, flush = await self._step(doc, action, fence)
+                version = await self._commit(doc, version, events, fence, flush=flush)
         except _CancelledElsewhere as stop:
             return stop.stored
         except asyncio.CancelledError:
@@ -421,11 +431,21 @@ class Runner(Conversations, Decisions):
 
     async def _step(
         self, doc: RunDocument, action: core.Action, fence: Lease | None
-    ) -> list[Event]:
+    ) -> tuple[list[Event], bool]:
+        """Take one step; its events, and whether its commit must wait for the disk.
+
+        The flush rule: a commit waits for the disk when something outside the database
+        acts on it or it holds what cannot be had again: a model response (paid for, and
+        what a human is asked to approve), a decision, a halt or a failure, and the results
+        of a step that ran a call with effects outside the sandbox (its receipt is flushed
+        with them, so an outcome known is never lost to Uncertain). A step whose calls were
+        all ``read`` or ``sandbox`` rides on the next flush: after a power cut at worst its
+        reads run again. (A side-effecting call's claim is flushed before it starts, by the
+        executor, whatever this rule says.)"""
         if isinstance(action, core.Halt):
-            return core.halt(doc, action, self.clock())
+            return core.halt(doc, action, self.clock()), True
         if isinstance(action, core.CallModel):
-            return await self._model_turn(doc)
+            return await self._model_turn(doc), True
         ctx = self._ctx(doc, fence)
         if isinstance(action, core.PlanTools):
             planned = [plan_call(c, self.agent.tools, self.executor, ctx) for c in action.calls]
@@ -437,10 +457,13 @@ class Runner(Conversations, Decisions):
                 for p in planned
                 if p.approval and p.ttl_seconds is not None
             }
-            return core.on_tools_planned(doc, results, approvals, now, deadlines)
+            ran = [p.tool for p in planned if p.tool is not None and p.arguments is not None]
+            flush = bool(approvals) or not _quiet(ran)
+            return core.on_tools_planned(doc, results, approvals, now, deadlines), flush
         if isinstance(action, core.RunApproved):
             results = await self._watch(doc.id, self._run_approved(action.calls, ctx))
-            return core.on_tools_ran(doc, results, self.clock())
+            tools = [self.agent.tools.get(call.name) for call, _ in action.calls]
+            return core.on_tools_ran(doc, results, self.clock()), not _quiet(tools)
         raise TypeError(f"unknown action {action!r}")
 
     async def _run_planned(self, planned: list[Planned], ctx: CallContext) -> list[ToolResultPart]:
@@ -594,6 +617,15 @@ async def cancel_run(
     return await update_run(
         store, run_id, lambda d: core.cancel(d, clock(), reason), on_commit=on_commit
     )
+
+
+_QUIET = frozenset({"read", "sandbox"})
+
+
+def _quiet(tools: Sequence[Tool | None]) -> bool:
+    """Whether calls of these tools have no effect outside the sandbox (an unknown tool
+    ran nothing)."""
+    return all(t is None or t.side_effect in _QUIET for t in tools)
 
 
 async def _gather(coros: list[Awaitable[T]]) -> list[T]:

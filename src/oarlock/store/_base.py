@@ -95,9 +95,11 @@ class RunStore(Protocol):
         agent_ref: str | None = None,
         tenant: str = "default",
         queue: str = "default",
+        flush: bool = True,
     ) -> int:
         """Store a new run at version 1, of ``tenant``, in ``queue`` (runnable at once if
-        its status is ``running``). Raises ConflictError if the id exists."""
+        its status is ``running``). Raises ConflictError if the id exists. ``flush`` as
+        for :meth:`save`."""
         ...
 
     async def load(self, run_id: str) -> StoredRun:
@@ -111,12 +113,18 @@ class RunStore(Protocol):
         events: list[Event],
         *,
         lease: Lease | None = None,
+        flush: bool = True,
     ) -> int:
         """Replace the document and append ``events`` in one transaction, if the stored
         version is ``expected_version``; returns the new version. Raises ConflictError
         (nothing changed) or NotFound. With a ``lease``, the write is fenced: the run's
         lease epoch and owner must still be the lease's, checked in the same transaction,
-        else :class:`~oarlock.errors.LeaseLost` and nothing is written."""
+        else :class:`~oarlock.errors.LeaseLost` and nothing is written.
+
+        ``flush=False``: committed (atomic, visible to every reader, kept if the process is
+        killed) without waiting for the disk; the store's next flushed commit makes it
+        durable too, since its log is flushed in order. Only for a commit whose loss in a
+        power cut makes work run again and nothing else (see the runner's flush rule)."""
         ...
 
     async def events(self, run_id: str) -> list[Event]:

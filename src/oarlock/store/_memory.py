@@ -79,6 +79,7 @@ class MemoryStore:
         agent_ref: str | None = None,
         tenant: str = "default",
         queue: str = "default",
+        flush: bool = True,
     ) -> int:
         from oarlock.formats._codec import dump_json
 
@@ -122,6 +123,7 @@ class MemoryStore:
         events: list[Event],
         *,
         lease: Lease | None = None,
+        flush: bool = True,
     ) -> int:
         from oarlock.formats._codec import dump_json
 

@@ -202,6 +202,7 @@ class PostgresStore(PostgresQueue):
         agent_ref: str | None = None,
         tenant: str = "default",
         queue: str = "default",
+        flush: bool = True,
     ) -> int:
         run_id = document.id
         params = {
@@ -221,7 +222,11 @@ class PostgresStore(PostgresQueue):
                 raise ConflictError(f"run {run_id} already exists") from None
             return 1
 
-        return await self.run(f"creating run {run_id}", write, transaction=False)
+        # one statement commits itself; one that need not wait for the disk commits in a
+        # transaction with synchronous_commit off
+        return await self.run(
+            f"creating run {run_id}", write, transaction=not flush, sync=flush
+        )
 
     async def load(self, run_id: str) -> StoredRun:
         from oarlock.store._base import StoredRun
@@ -242,6 +247,7 @@ class PostgresStore(PostgresQueue):
         events: list[Event],
         *,
         lease: Lease | None = None,
+        flush: bool = True,
     ) -> int:
         run_id = document.id
         if lease is not None and lease.run_id != run_id:
@@ -260,7 +266,7 @@ class PostgresStore(PostgresQueue):
                 await self._refuse_save(conn, run_id, expected_version, lease)
             return expected_version + 1
 
-        return await self.run(f"saving run {run_id}", write, transaction=False)
+        return await self.run(f"saving run {run_id}", write, transaction=not flush, sync=flush)
 
     @staticmethod
     async def _refuse_save(

@@ -448,6 +448,7 @@ class SQLiteStore(SQLiteQueue):
         agent_ref: str | None = None,
         tenant: str = "default",
         queue: str = "default",
+        flush: bool = True,
     ) -> int:
         run_id, q = document.id, named_queries()
         columns, rows = _columns(document), _event_rows(document.id, events)
@@ -463,7 +464,7 @@ class SQLiteStore(SQLiteQueue):
             conn.executemany(q["append_event"], rows)
             return 1
 
-        version = await self._group.submit(write)
+        version = await self._group.submit(write, flush=flush)
         if document.status == "running":
             self._wakeups.wake()
         return version
@@ -517,6 +518,7 @@ class SQLiteStore(SQLiteQueue):
         events: list[Event],
         *,
         lease: Lease | None = None,
+        flush: bool = True,
     ) -> int:
         run_id, q = document.id, named_queries()
         columns, rows = _columns(document), _event_rows(document.id, events)
@@ -536,7 +538,7 @@ class SQLiteStore(SQLiteQueue):
             conn.executemany(q["append_event"], rows)
             return expected_version + 1
 
-        version = await self._group.submit(write)
+        version = await self._group.submit(write, flush=flush)
         if lease is None and document.status == "running":
             self._wakeups.wake()
         return version

@@ -3,7 +3,6 @@ and docstring, each with a declared side-effect class."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -18,6 +17,7 @@ from oarlock.errors import ConfigError, OarlockError, ToolError
 from oarlock.formats._jcs import portable_problem
 from oarlock.formats._models import SideEffectClass
 from oarlock.formats._rules import SIDE_EFFECT_CLASSES
+from oarlock.tools._sync import SyncCaller
 
 if TYPE_CHECKING:
     from oarlock.sandbox._call import SandboxSpec
@@ -156,6 +156,7 @@ class Tool:
     mcp_server_id: str | None = None
     sandbox: SandboxSpec | None = None  # how a ``sandbox``-class call runs in the sandbox
     context_param: str | None = None  # the parameter that receives the RunContext
+    blocking: bool | None = None  # a def tool: thread, loop or learn (tools/_sync.py)
     arguments_model: type[BaseModel] = field(repr=False, default=BaseModel)
     parameters: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -193,6 +194,18 @@ class Tool:
                 f"and at most {_MAX_TIMEOUT}, not {timeout!r}"
             )
         self.is_async = inspect.iscoroutinefunction(self.fn)
+        if self.blocking is not None and not isinstance(self.blocking, bool):
+            raise ConfigError(f"tool {self.name!r}: blocking must be true, false or unset")
+        if self.blocking is False and timeout is not None:
+            raise ConfigError(
+                f"tool {self.name!r}: blocking=False calls it on the event loop, where its "
+                "timeout_seconds could not stop it; give one or the other"
+            )
+        self._sync = SyncCaller(
+            self.fn,
+            blocking=self.blocking,
+            learns=self.side_effect == "read" and timeout is None,
+        )
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The arguments as the tool will receive them; raises ToolArgumentsError (code
@@ -230,8 +243,9 @@ class Tool:
         return bool(rule(arguments))
 
     async def call(self, arguments: dict[str, Any], context: RunContext[Any] | None = None) -> Any:
-        """Run the tool on validated arguments (a sync tool runs in a worker thread); a
-        tool that asks for the run's context gets ``context``."""
+        """Run the tool on validated arguments (a sync tool in a worker thread, or on the
+        loop once it has shown itself quick: see :mod:`oarlock.tools._sync`); a tool that
+        asks for the run's context gets ``context``."""
         if self.context_param is not None:
             if context is None:
                 raise ToolError(
@@ -241,7 +255,7 @@ class Tool:
             arguments = {**arguments, self.context_param: context}
         if self.is_async:
             return await self.fn(**arguments)
-        return await asyncio.to_thread(self.fn, **arguments)
+        return await self._sync(arguments)
 
     def spec(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
@@ -261,6 +275,7 @@ def tool(
     schema_version: str = ...,
     idempotency_key: KeyRule = ...,
     sandbox: SandboxSpec | Mapping[str, Any] | None = ...,
+    blocking: bool | None = ...,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -275,11 +290,15 @@ def tool(
     schema_version: str = "1",
     idempotency_key: KeyRule = None,
     sandbox: SandboxSpec | Mapping[str, Any] | None = None,
+    blocking: bool | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a tool. ``side_effect`` defaults to the most cautious class.
 
     ``allow_response`` lets a human answer in the tool's place (the ``responded``
-    decision). ``idempotency_key`` derives the call's key from its arguments."""
+    decision). ``idempotency_key`` derives the call's key from its arguments. ``blocking``
+    (a ``def`` function): True runs it in a worker thread always, False on the event loop
+    always; unset, a ``read`` tool moves to the loop once it has shown itself quick
+    (:mod:`oarlock.tools._sync`)."""
 
     def build(f: Callable[..., Any]) -> Tool:
         tool_name = name or f.__name__
@@ -297,6 +316,7 @@ def tool(
             idempotency_key=idempotency_key,
             sandbox=_sandbox_spec(sandbox),
             context_param=_context_param(f),
+            blocking=blocking,
             arguments_model=model,
             parameters=_strip_titles(model.model_json_schema()),
         )
