@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from oarlock.engine._execute import (
     plan_call,
 )
 from oarlock.engine._lease import Hold, drive_held
+from oarlock.engine._observe import CallWatch, ChatWatch, DriveWatch, RunObserver
 from oarlock.engine._output import OutputJudge
 from oarlock.engine._stream import (
     StreamEvent,
@@ -48,7 +50,7 @@ from oarlock.errors import (
 from oarlock.formats._models import Message, RunDocument, ToolCallPart, ToolResultPart
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._approvers import ApproverKey
-from oarlock.governance._executor import GovernedExecutor
+from oarlock.governance._executor import CallOutcome, GovernedExecutor
 from oarlock.governance._sanitize import sanitize
 from oarlock.models._base import ModelRequest, ModelResponse, TextSink, TurnText
 from oarlock.store._base import Event, RunStore, StoredRun
@@ -78,6 +80,34 @@ class RetryPolicy:
         return float(backoff * random.uniform(0.5, 1.0))
 
 
+@dataclass(slots=True)
+class _Drive:
+    """A drive under way: its id (its span's, when traced), when it began, its watch."""
+
+    id: str
+    started_at: str
+    watch: DriveWatch | None
+
+    def chat(self, model_id: str, request: ModelRequest) -> ChatWatch | None:
+        return None if self.watch is None else self.watch.chat(model_id, request)
+
+    def call(self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any]) -> CallWatch | None:
+        return None if self.watch is None else self.watch.call(tool, call, arguments)
+
+    def span(self, started_at: str, t0: float, span_id: str | None) -> dict[str, Any]:
+        """The ``span`` member of a step's event: its drive, when it began and how long
+        it took (what ``runs show --trace`` draws the run's span tree from)."""
+        span: dict[str, Any] = {
+            "drive": self.id,
+            "driveStartedAt": self.started_at,
+            "startedAt": started_at,
+            "durationMs": round((time.perf_counter() - t0) * 1000, 3),
+        }
+        if span_id is not None:
+            span["spanId"] = span_id
+        return span
+
+
 class _CancelledElsewhere(Exception):
     def __init__(self, stored: RunDocument) -> None:
         self.stored = stored
@@ -104,7 +134,9 @@ class Runner(Conversations, Decisions):
     ends the drive there when it says so, the run left as committed (running, to be
     resumed): a worker that shuts down hands its runs back between steps. ``on_event``
     receives the stream events (:mod:`oarlock.engine._stream`) of every run it drives, as
-    they happen."""
+    they happen. ``observer`` is told of every drive, model request, tool call and commit
+    (traces and metrics); by default, :func:`oarlock.telemetry.default_observer`, which
+    records nothing until OpenTelemetry is configured."""
 
     def __init__(
         self,
@@ -124,6 +156,7 @@ class Runner(Conversations, Decisions):
         owner: str | None = None,
         pause: Callable[[], bool] | None = None,
         on_event: Callable[[StreamEvent], None] | None = None,
+        observer: RunObserver | None = None,
     ) -> None:
         if isinstance(lease_seconds, bool) or not (
             isinstance(lease_seconds, int | float) and 0 < lease_seconds < float("inf")
@@ -147,6 +180,14 @@ class Runner(Conversations, Decisions):
         self.replay_of, self.on_text = replay_of, on_text
         self._deps: dict[str, Any] = {}  # each drive's dependencies, by run (never stored)
         self._streams = Streams(on_event)
+        if observer is None:
+            from oarlock.telemetry._setup import default_observer
+
+            observer = default_observer()
+        self.observer: RunObserver = observer
+        self._drives: dict[str, _Drive] = {}  # the drives under way, by run
+        self._calls: dict[tuple[str, str], CallWatch] = {}  # (run, call): its watch
+        self._timed: dict[tuple[str, str], dict[str, Any]] = {}  # (run, call): its span
         observers = getattr(self.executor, "observers", None)
         if isinstance(observers, list):  # the receipt of each call, for the streams
             observers.append(self._seen)
@@ -323,18 +364,33 @@ class Runner(Conversations, Decisions):
         lease: Lease | None = None,
     ) -> RunDocument:
         return await update_run(
-            self.store, run_id, apply, on_commit=self.on_commit, loaded=loaded, lease=lease
+            self.store, run_id, apply, on_commit=self._told, loaded=loaded, lease=lease
         )
 
-    def _notify(self, doc: RunDocument, events: list[Event]) -> None:
+    def _told(self, doc: RunDocument, events: list[Event]) -> None:
+        """A commit, told to ``on_commit`` and the observer."""
         if self.on_commit is not None:
             self.on_commit(doc, events)
+        self.observer.committed(doc, events)
+
+    def _notify(self, doc: RunDocument, events: list[Event]) -> None:
+        self._told(doc, events)
         if self._streams.watching(doc.id):
             self._streams.emit(doc.id, *from_stored(doc.id, doc, events))
 
-    def _seen(self, run_id: str, call_id: str, status: str) -> None:
+    def _seen(self, outcome: CallOutcome) -> None:
+        run_id = outcome.run_id
         if self._streams.watching(run_id):
-            self._streams.receipts[(run_id, call_id)] = status
+            self._streams.receipts[(run_id, outcome.call_id)] = outcome.status
+        key = (run_id, outcome.call_id)
+        span = self._timed.get(key)
+        if span is not None:  # the call's receipt, in its event's span
+            span["status"] = outcome.status
+            if outcome.replayed:
+                span["replayed"] = True
+        watch = self._calls.get(key)
+        if watch is not None:
+            watch.outcome(outcome)
 
     def _text_sink(self, run_id: str) -> TextSink | None:
         """Where the model's text goes: ``on_text``, and the run's streams."""
@@ -357,13 +413,54 @@ class Runner(Conversations, Decisions):
         watched = self._streams.watching(run_id)
         if watched:
             self._streams.emit(run_id, ToolStarted(run_id, call.id, call.name))
-        result = await self.executor.execute(tool, call, arguments, ctx)
+        drive = self._drives.get(run_id)
+        started, t0 = now_rfc3339(), time.perf_counter()
+        watch = None if drive is None else drive.call(tool, call, arguments)
+        span: dict[str, Any] = {}
+        if drive is not None:
+            self._timed[(run_id, call.id)] = span
+        if watch is None:
+            result = await self.executor.execute(tool, call, arguments, ctx)
+        else:
+            result = await self._watched_call(watch, tool, call, arguments, ctx)
+        if drive is not None:
+            span.update(drive.span(started, t0, None if watch is None else watch.span_id))
         if watched:
             status = self._streams.receipts.pop((run_id, call.id), None)
             self._streams.emit(
                 run_id, ToolFinished(run_id, call.id, call.name, not result.is_error, status)
             )
         return result
+
+    async def _watched_call(
+        self,
+        watch: CallWatch,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+    ) -> ToolResultPart:
+        key = (ctx.run_id, call.id)
+        self._calls[key] = watch
+        try:
+            with watch.active():
+                result = await self.executor.execute(tool, call, arguments, ctx)
+        except BaseException as exc:
+            watch.failed(exc)
+            raise
+        finally:
+            self._calls.pop(key, None)
+        watch.done(result)
+        return result
+
+    def _spans(self, run_id: str, events: list[Event]) -> list[Event]:
+        """The step's tool events, each with its call's span (see :meth:`_Drive.span`)."""
+        for ev in events:
+            if ev.kind == "tool_called":
+                span = self._timed.pop((run_id, str(ev.data.get("toolCallId"))), None)
+                if span is not None:
+                    ev.data["span"] = span
+        return events
 
     async def _commit(
         self,
@@ -387,6 +484,27 @@ class Runner(Conversations, Decisions):
         return version
 
     async def _drive(self, doc: RunDocument, version: int, hold: Hold) -> RunDocument:
+        """Drive the run (see :meth:`_steps`), watched by the observer."""
+        watch = self.observer.drive(doc)
+        span_id = None if watch is None else watch.span_id
+        self._drives[doc.id] = _Drive(span_id or uuid.uuid4().hex[:16], now_rfc3339(), watch)
+        try:
+            if watch is None:
+                return await self._steps(doc, version, hold)
+            try:
+                with watch.active():
+                    done = await self._steps(doc, version, hold)
+            except BaseException as exc:
+                watch.end(None, exc)
+                raise
+            watch.end(done, None)
+            return done
+        finally:
+            self._drives.pop(doc.id, None)
+            for key in [k for k in self._timed if k[0] == doc.id]:
+                self._timed.pop(key, None)
+
+    async def _steps(self, doc: RunDocument, version: int, hold: Hold) -> RunDocument:
         fence = hold.lease
         try:
             if expired := core.expire_approvals(doc, self.clock()):
@@ -459,11 +577,13 @@ class Runner(Conversations, Decisions):
             }
             ran = [p.tool for p in planned if p.tool is not None and p.arguments is not None]
             flush = bool(approvals) or not _quiet(ran)
-            return core.on_tools_planned(doc, results, approvals, now, deadlines), flush
+            events = core.on_tools_planned(doc, results, approvals, now, deadlines)
+            return self._spans(doc.id, events), flush
         if isinstance(action, core.RunApproved):
             results = await self._watch(doc.id, self._run_approved(action.calls, ctx))
             tools = [self.agent.tools.get(call.name) for call, _ in action.calls]
-            return core.on_tools_ran(doc, results, self.clock()), not _quiet(tools)
+            events = core.on_tools_ran(doc, results, self.clock())
+            return self._spans(doc.id, events), not _quiet(tools)
         raise TypeError(f"unknown action {action!r}")
 
     async def _run_planned(self, planned: list[Planned], ctx: CallContext) -> list[ToolResultPart]:
@@ -505,17 +625,28 @@ class Runner(Conversations, Decisions):
         request = ModelRequest(
             self.agent.instructions, list(doc.messages), tools, self._text_sink(doc.id), final
         )
+        drive = self._drives.get(doc.id)
+        watch = None if drive is None else drive.chat(self.agent.model.model_id, request)
+        started, t0 = now_rfc3339(), time.perf_counter()
         try:
-            response = await self._watch(doc.id, self._respond(request))
+            response = await self._watch(doc.id, self._respond(request, watch))
         except ModelError as exc:  # providers may echo a key: nothing secret is stored
+            if watch is not None:
+                watch.failed(exc)
             return core.fail(doc, redact(f"model error ({exc.code}): {exc}"), self.clock())
+        except BaseException as exc:
+            if watch is not None:
+                watch.failed(exc)
+            raise
         price = self.agent.price
         cost = (
             None
             if price is None
             else price.cost(response.input_tokens, response.output_tokens, response.cached_tokens)
         )
-        return core.on_model_response(
+        if watch is not None:
+            watch.done(response, cost)
+        events = core.on_model_response(
             doc,
             response.message,
             input_tokens=response.input_tokens,
@@ -524,8 +655,14 @@ class Runner(Conversations, Decisions):
             now=self.clock(),
             judge=OutputJudge(output) if output.typed else None,
         )
+        if drive is not None:
+            span_id = None if watch is None else watch.span_id
+            events[0].data["span"] = drive.span(started, t0, span_id)
+        return events
 
-    async def _respond(self, request: ModelRequest) -> ModelResponse:
+    async def _respond(
+        self, request: ModelRequest, watch: ChatWatch | None = None
+    ) -> ModelResponse:
         """Ask the model, retrying what may pass; a retried answer's streamed text reaches
         ``on_text`` once (see :class:`~oarlock.models._base.TurnText`)."""
         text = None if request.on_text is None else TurnText(request.on_text)
@@ -541,7 +678,10 @@ class Runner(Conversations, Decisions):
                     raise ModelError(
                         f"{exc} (gave up after {attempt} attempts)", code=exc.code
                     ) from exc
-                await asyncio.sleep(self.retry_policy.delay(attempt, exc.retry_after))
+                delay = self.retry_policy.delay(attempt, exc.retry_after)
+                if watch is not None:
+                    watch.retried(attempt, exc, delay)
+                await asyncio.sleep(delay)
             except ModelError:
                 raise
             except Exception as exc:

@@ -85,7 +85,14 @@ if TYPE_CHECKING:
     from oarlock.sandbox._runner import SandboxRunner
     from oarlock.store._queue import Lease
 
-__all__ = ["NO_APPROVAL", "CallContext", "GovernedExecutor", "Review", "json_arguments"]
+__all__ = [
+    "NO_APPROVAL",
+    "CallContext",
+    "CallOutcome",
+    "GovernedExecutor",
+    "Review",
+    "json_arguments",
+]
 
 _SAFE = frozenset({"read", "sandbox"})
 NO_APPROVAL = "00000000-0000-0000-0000-000000000000"
@@ -108,6 +115,23 @@ class CallContext:
     @property
     def tenant(self) -> str:
         return str(self.scope["tenantId"])
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """How a call ended, as its observers are told: the invocation record it was given
+    (with its policy decision, key and approval), the receipt it ends with, and whether
+    that receipt is an earlier one replayed (the call was not run again)."""
+
+    run_id: str
+    call_id: str
+    invocation: Mapping[str, Any]
+    receipt: Mapping[str, Any]
+    replayed: bool = False
+
+    @property
+    def status(self) -> str:
+        return str(self.receipt.get("status", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +181,8 @@ class GovernedExecutor:
     ) -> None:
         self.store, self.policy, self.clock = store, policy or DEFAULT_POLICY, clock
         self._sandbox_runner = sandbox
-        # told (run, call id, receipt status) of every receipt a call ends with
-        self.observers: list[Callable[[str, str, str], None]] = []
+        # told of every receipt a call ends with
+        self.observers: list[Callable[[CallOutcome], None]] = []
         self.approvers = approvers if approvers is not None else in_process_approvers()
         for attr in ("policy_id", "version"):
             value = getattr(self.policy, attr, None)
@@ -484,13 +508,22 @@ class GovernedExecutor:
             return error_result(c.call, f"Tool {c.tool.name!r}: its earlier attempt is unresolved.")
         return await self._replay(c, held.receipt)
 
-    def _observe(self, c: _Call, status: str) -> None:
-        for observer in self.observers:
-            observer(c.ctx.run_id, c.call.id, status)
+    def _observe(
+        self,
+        c: _Call,
+        receipt: dict[str, Any],
+        replayed: bool = False,
+        invocation: dict[str, Any] | None = None,
+    ) -> None:
+        if self.observers:
+            record = c.invocation if invocation is None else invocation
+            outcome = CallOutcome(c.ctx.run_id, c.call.id, record, receipt, replayed)
+            for observer in self.observers:
+                observer(outcome)
 
     async def _replay(self, c: _Call, receipt: dict[str, Any]) -> ToolResultPart:
         status = receipt["status"]
-        self._observe(c, status)
+        self._observe(c, receipt, replayed=True)
         if status == "Succeeded" and "resultRef" in receipt:
             raw = await self.store.artifact(receipt["resultRef"])
             return self._result(c.call, raw.decode("utf-8", "replace"))
@@ -591,7 +624,7 @@ class GovernedExecutor:
             await self.store.finish(
                 receipt, result=raw, at=receipt["finishedAt"], fence=c.ctx.fence
             )
-            self._observe(c, receipt["status"])
+            self._observe(c, receipt)
         except LeaseLost:  # the run is another's now: it records the outcome as Uncertain
             raise
         except Exception as exc:  # the outcome happened but is not on record
@@ -671,7 +704,7 @@ class GovernedExecutor:
             error=(refusal.code, refusal.message),
         )
         await self.store.refuse(invocation, receipt, c.now, fence=c.ctx.fence)
-        self._observe(c, "Denied")
+        self._observe(c, receipt, invocation=invocation)
         return error_result(
             c.call, f"Tool {c.call.name!r} was not run: {refusal.message} ({refusal.code})."
         )
