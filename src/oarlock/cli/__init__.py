@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run database: an SQLite file, or a postgresql:// URL (default: "
         "$OARLOCK_DB, else a file in the user's data directory)",
     )
+    _telemetry_options(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_run_commands(sub)
 
@@ -122,10 +123,66 @@ def _db_after_the_command(parser: argparse.ArgumentParser) -> None:
                     "--db", metavar="PATH|URL", type=path, default=argparse.SUPPRESS,
                     help="the run database (as before the command)",
                 )  # fmt: skip
+                _telemetry_options(sub, argparse.SUPPRESS)
+
+
+def _telemetry_options(p: argparse.ArgumentParser, default: Any) -> None:
+    """``--otel`` and ``--log-format``, before the command or after one that runs."""
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        default=default,
+        help="send traces and metrics to an OpenTelemetry collector (OTLP over HTTP, "
+        "configured by the OTEL_* variables; needs oarlock[otel]); an OTEL_EXPORTER_OTLP_* "
+        "or OTEL_*_EXPORTER variable does the same",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=default,
+        help="json: log lines on standard error as JSON, with run, trace and span ids",
+    )
+
+
+def _telemetry(args: argparse.Namespace) -> Any:
+    """Set up what ``--otel``, the OTEL_* variables and ``--log-format`` ask for; the
+    providers to shut down at the end (None when there are none)."""
+    if getattr(args, "log_format", "text") == "json":
+        from oarlock.telemetry._logs import log_json
+
+        log_json()
+    from oarlock.telemetry._setup import configure_from_env
+
+    return configure_from_env(bool(getattr(args, "otel", False)))
 
 
 def _run_action(p: argparse.ArgumentParser, action: str) -> None:
     p.set_defaults(handler="oarlock.cli._runs:dispatch", action=action)
+
+
+def _show_options(p: argparse.ArgumentParser) -> None:
+    """``runs show``'s: the span tree, or following the run as it goes."""
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--trace",
+        action="store_true",
+        help="show the run's span tree (drives, model requests, tool calls, waits "
+        "for a decision: durations and statuses) from its event log",
+    )
+    shown.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then show what happens as it happens, until the run ends "
+        "(exit status as for run)",
+    )
+    p.add_argument(
+        "--interval",
+        type=seconds,
+        default=0.5,
+        metavar="SECONDS",
+        help="with --follow, how often to look (default 0.5)",
+    )
 
 
 def _add_run_commands(sub: Any) -> None:
@@ -177,20 +234,7 @@ def _add_run_commands(sub: Any) -> None:
         p = rsub.add_parser(name, help=what)
         p.add_argument("run_id", metavar="RUN_ID", type=text)
         if name == "show":
-            p.add_argument(
-                "--follow",
-                "-f",
-                action="store_true",
-                help="then show what happens as it happens, until the run ends "
-                "(exit status as for run)",
-            )
-            p.add_argument(
-                "--interval",
-                type=seconds,
-                default=0.5,
-                metavar="SECONDS",
-                help="with --follow, how often to look (default 0.5)",
-            )
+            _show_options(p)
         _run_action(p, f"runs {name}")
 
     for name, decision in (("approve", "approved"), ("deny", "denied"), ("respond", "responded")):
@@ -520,9 +564,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from oarlock.errors import OarlockError
 
+    configured = None
     try:
         from importlib import import_module
 
+        configured = _telemetry(args)
         module, _, func = args.handler.partition(":")
         handler = getattr(import_module(module), func)
         code: int = handler(args)
@@ -537,6 +583,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return refused(exc)
     except Exception as exc:
         return _unexpected(exc)
+    finally:
+        if configured is not None:
+            with contextlib.suppress(Exception):  # what cannot be exported is dropped
+                configured.shutdown()
     return code
 
 

@@ -296,8 +296,20 @@ def _list(args: argparse.Namespace, store: SQLiteStore) -> int:
 
 def _show(args: argparse.Namespace, store: SQLiteStore) -> int:
     document = store.read_document(args.run_id)
-    print("\n".join(timeline(document, store.read_events(args.run_id))))
+    print("\n".join(_shown(args, document, store.read_events(args.run_id))))
     return EXIT_OK
+
+
+def _shown(
+    args: argparse.Namespace, document: dict[str, Any], events: Sequence[dict[str, Any]]
+) -> list[str]:
+    """The run's timeline, or with ``--trace`` its span tree (from its event log)."""
+    if not getattr(args, "trace", False):
+        return timeline(document, events)
+    from oarlock.telemetry._tree import render_tree, span_tree
+
+    trace_id, roots = span_tree(document, events)
+    return render_tree(args.run_id, trace_id, roots)
 
 
 async def _list_async(args: argparse.Namespace, store: RunStore) -> int:
@@ -324,7 +336,7 @@ async def _show_async(args: argparse.Namespace, store: RunStore) -> int:
         {"seq": e.seq, "kind": e.kind, "at": e.at, "data": e.data}
         for e in await store.events(args.run_id)
     ]
-    print("\n".join(timeline(dump(stored.document), events)))
+    print("\n".join(_shown(args, dump(stored.document), events)))
     return EXIT_OK
 
 

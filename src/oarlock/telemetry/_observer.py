@@ -269,13 +269,11 @@ class _Drive:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[object]:
-        token = RUN_ID.set(self.run_id)
-        try:
-            with trace.use_span(self.span, end_on_exit=False, record_exception=False):
-                log.info("drive started")
-                yield self
-        finally:
-            RUN_ID.reset(token)
+        with _run(self.run_id), trace.use_span(
+            self.span, end_on_exit=False, record_exception=False
+        ):
+            log.info("drive started")
+            yield self
 
     def chat(self, model_id: str, request: ModelRequest) -> _Chat:
         return _Chat(self, model_id, request)
@@ -299,12 +297,9 @@ class _Drive:
                     span.set_attribute("error.type", status)
                 elif status == "completed":
                     span.set_status(Status(StatusCode.OK))
-        with trace.use_span(span, end_on_exit=False):
-            token = RUN_ID.set(self.run_id)
-            try:
+        if log.isEnabledFor(logging.INFO):
+            with trace.use_span(span, end_on_exit=False), _run(self.run_id):
                 log.info("drive ended: %s", status or type(error).__name__)
-            finally:
-                RUN_ID.reset(token)
         span.end()
 
 
@@ -487,7 +482,20 @@ class _Call:
                 (_now_ns() - self.t0) / 1e9,
                 {"gen_ai.tool.name": self.tool, "oarlock.receipt.status": self.status or "none"},
             )
+        if log.isEnabledFor(logging.INFO):
+            with trace.use_span(self.span, end_on_exit=False), _run(self.drive.run_id):
+                log.info("execute_tool %s: %s", self.tool, self.status or "not run")
         self.span.end()
+
+
+@contextlib.contextmanager
+def _run(run_id: str) -> Iterator[None]:
+    """Log records written inside name the run."""
+    token = RUN_ID.set(run_id)
+    try:
+        yield
+    finally:
+        RUN_ID.reset(token)
 
 
 def _now_ns() -> int:

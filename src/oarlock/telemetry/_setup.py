@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import ConfigError
-from oarlock.telemetry._observer import Telemetry
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+
+    from oarlock.telemetry._observer import Telemetry
 
 __all__ = ["Configured", "configure", "configure_from_env", "default_observer"]
 
@@ -42,6 +43,8 @@ def default_observer() -> Telemetry:
     global providers, capturing content only when ``capture_content`` was configured or
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is true."""
     if not _DEFAULT:
+        from oarlock.telemetry._observer import Telemetry
+
         _DEFAULT.append(Telemetry(capture_content=_truthy(os.environ.get(CAPTURE_ENV))))
     return _DEFAULT[0]
 
@@ -140,6 +143,8 @@ def configure(
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     trace.set_tracer_provider(tracer_provider)
     metrics.set_meter_provider(meter_provider)
+    from oarlock.telemetry._observer import Telemetry
+
     capture = _truthy(env.get(CAPTURE_ENV)) if capture_content is None else capture_content
     observer = Telemetry(capture_content=capture)
     _DEFAULT[:] = [observer]

@@ -98,7 +98,9 @@ def trace_id_of(doc: Mapping[str, Any]) -> str | None:
 class _Builder:
     def __init__(self, doc: Mapping[str, Any]) -> None:
         self.agent = _text(doc.get("agent")) or "?"
-        self.model = _text(doc.get("model")) or "?"
+        model = _text(doc.get("model")) or "?"
+        _, sep, name = model.partition(":")
+        self.model = name if sep and name else model  # as the chat spans name it
         self.roots: list[SpanNode] = []
         self.drives: dict[str, SpanNode] = {}
         self.current: SpanNode | None = None
