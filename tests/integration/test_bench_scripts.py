@@ -55,3 +55,15 @@ def test_the_sandbox_benchmark_measures_every_case(tmp_path: Path) -> None:
         "sandboxed Python tool, bubblewrap",
     }
     assert all(case["median_ms"] > 0 for case in result.values())
+
+
+def test_the_telemetry_benchmark_measures_off_and_on(tmp_path: Path) -> None:
+    result = run(
+        BENCH / "bench_telemetry.py", "--rounds", "1", "--runs", "1", "--turns", "2", cwd=tmp_path
+    )
+    for store in ("memory", "sqlite"):
+        for case in ("no observer", "telemetry off (API, no SDK)", "telemetry on (SDK)"):
+            assert result[f"{case}, {store}"]["per_turn_us_median"] > 0
+    # on records 6 spans a run (1 drive, 3 model requests, 2 tool calls), one run a store
+    assert result["telemetry on: recorded"]["spans_exported"] == 6 * 2 * 1
+    assert result["telemetry on: recorded"]["metrics"] >= 5
