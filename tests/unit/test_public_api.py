@@ -227,11 +227,15 @@ ENGINE_ALL = [
     "Agent",
     "ApprovalRequested",
     "CallContext",
+    "CallWatch",
+    "ChatWatch",
+    "DriveWatch",
     "Executor",
     "Finished",
     "Limits",
     "ModelResponded",
     "RetryPolicy",
+    "RunObserver",
     "RunResult",
     "Runner",
     "StatusChanged",
@@ -269,6 +273,36 @@ def test_engine_and_models_all_are_pinned():
     # the provider adapters are named without loading their SDKs
     loaded = _modules_after("import oarlock.models; oarlock.models.model_for")
     assert not {m for m in loaded if m.split(".")[0] in ("openai", "anthropic")}
+
+
+TELEMETRY_ALL = [
+    "TRACE_MEMBER",
+    "Configured",
+    "JsonLogFormatter",
+    "SpanNode",
+    "Telemetry",
+    "configure",
+    "configure_from_env",
+    "default_observer",
+    "log_json",
+    "render_tree",
+    "span_tree",
+]
+
+
+def test_telemetry_all_is_pinned_and_needs_only_the_api():
+    import oarlock.telemetry
+
+    assert list(oarlock.telemetry.__all__) == TELEMETRY_ALL
+    for name in TELEMETRY_ALL:
+        assert getattr(oarlock.telemetry, name) is not None, name
+    # a runner's default observer loads OpenTelemetry's API, never its SDK
+    loaded = _modules_after("import oarlock.telemetry as t; t.default_observer(); t.Telemetry")
+    assert "opentelemetry.trace" in loaded
+    assert not {m for m in loaded if m.startswith("opentelemetry.sdk")}
+    # the span tree of runs show --trace loads neither OpenTelemetry nor pydantic
+    loaded = _modules_after("from oarlock.telemetry import span_tree")
+    assert not {m for m in loaded if m.split(".")[0] in ("opentelemetry", "pydantic")}
 
 
 def test_building_an_agent_from_the_top_level_leaves_import_light():

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from oarlock.engine import Agent, Runner
-from oarlock.errors import OutcomeUnknown
+from oarlock.errors import ModelError, OutcomeUnknown, RetryableModelError
 from oarlock.formats._codec import dump
+from oarlock.formats._models import TextPart
 from oarlock.governance import RulePolicy
 from oarlock.models import ScriptedModel
+from oarlock.models._base import ModelRequest, ModelResponse, assistant_message
 from oarlock.telemetry import Telemetry, default_observer, render_tree, span_tree
 from oarlock.testing import MemoryStore
 from oarlock.tools import tool
@@ -229,3 +231,42 @@ def test_the_runner_event_loop_is_not_left_with_watches() -> None:
     runner = _runner(rec, store, ("c1", "lookup"))
     asyncio.run(runner.start("go"))
     assert runner._drives == {} and runner._calls == {} and runner._timed == {}
+
+
+class Flaky:
+    """A model rate limited on its first request, then answering; or failing for good."""
+
+    model_id = "acme:m1"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls, self.fail = 0, fail
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        if self.fail:
+            raise ModelError("the key sk-proj-abcdefghijklmnopqrstuv is revoked", code="auth")
+        if self.calls == 1:
+            raise RetryableModelError("slow down", code="rate_limited", retry_after=0)
+        return ModelResponse(assistant_message([TextPart(type="text", text="hi")]), 5, 1, 2)
+
+
+async def test_retries_are_events_of_the_chat_span_and_a_failed_request_an_error() -> None:
+    rec = Recorded()
+    runner = Runner(Agent("desk", Flaky()), MemoryStore(), observer=rec.observer)
+    assert (await runner.start("go")).status == "completed"
+    [chat] = rec.span("chat m1")
+    assert chat["events"] == ["gen_ai.request.retry"]
+    assert chat["attributes"]["gen_ai.provider.name"] == "acme"
+    assert chat["attributes"]["gen_ai.usage.cache_read.input_tokens"] == 2
+    assert chat["attributes"]["gen_ai.response.finish_reasons"] == ["stop"]
+
+    rec = Recorded()
+    runner = Runner(Agent("desk", Flaky(fail=True)), MemoryStore(), observer=rec.observer)
+    assert (await runner.start("go")).status == "failed"
+    [chat] = rec.span("chat m1")
+    assert chat["status"] == "ERROR" and chat["description"] == "auth"
+    [drive] = rec.span("invoke_agent desk")
+    assert drive["status"] == "ERROR" and drive["attributes"]["error.type"] == "failed"
+    durations = [r for r in rec.metrics() if r["name"] == "gen_ai.client.operation.duration"]
+    assert [r["attributes"].get("error.type") for r in durations] == ["auth"]
+    assert not any("sk-proj" in str(s) for s in rec.spans())
