@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import ConfigError
@@ -49,14 +48,21 @@ def default_observer() -> Telemetry:
     return _DEFAULT[0]
 
 
-@dataclass
 class Configured:
-    """The providers :func:`configure` set up; :meth:`shutdown` exports what is left."""
+    """The providers :func:`configure` set up; :meth:`shutdown` exports what is left.
+    (A plain class: the command line imports this module on every command.)"""
 
-    tracer_provider: TracerProvider | None
-    meter_provider: MeterProvider | None
-    observer: Telemetry
-    readers: list[Any] = field(default_factory=list)
+    __slots__ = ("meter_provider", "observer", "readers", "tracer_provider")
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None,
+        meter_provider: MeterProvider | None,
+        observer: Telemetry,
+        readers: list[Any],
+    ) -> None:
+        self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
+        self.observer, self.readers = observer, readers
 
     def shutdown(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):
