@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -47,6 +49,21 @@ TRACE_MEMBER = "traceContext"
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TERMINAL_ERRORS = frozenset({"failed", "cancelled", "halted_budget", "halted_max_turns"})
 log = logging.getLogger("oarlock.run")
+
+
+_UNKNOWN = object()
+
+
+def _globals_set() -> bool | None:
+    """Whether a global tracer or meter provider has been set, read from the API's own
+    globals (a few attribute reads: asking ``get_tracer_provider()`` looks the environment
+    up on every call while none is set, which costs microseconds); None when this version
+    of the API keeps them elsewhere."""
+    tracer = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    meter = getattr(metrics_internal, "_METER_PROVIDER", _UNKNOWN)
+    if tracer is _UNKNOWN or meter is _UNKNOWN:
+        return None
+    return tracer is not None or meter is not None
 
 
 def _tracing_on(provider: TracerProvider | None) -> bool:
@@ -120,15 +137,26 @@ class Telemetry:
         self.tracer = trace.get_tracer("oarlock", __version__, tracer_provider=tracer_provider)
         self.content = Content(capture_content, max_content_chars)
         self._instruments: Instruments | None = None
-        self._on = False  # once a real provider is seen, it stays (they are set once)
+        self._explicit = tracer_provider is not None or meter_provider is not None
+        if os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"):  # the API loads them on first ask
+            trace.get_tracer_provider()
+        if os.environ.get("OTEL_PYTHON_METER_PROVIDER"):
+            metrics.get_meter_provider()
+        self._on = self._explicit and self._look()
 
     # -- is anything recorded? ---------------------------------------------------------
+    def _look(self) -> bool:
+        return _tracing_on(self._tracer_provider) or self._metered()
+
     def _enabled(self) -> bool:
+        """Whether anything may be recorded. Global providers are set once: once one is
+        seen, the answer stays yes; until then, the question costs a few attribute reads."""
         if self._on:
             return True
-        on = _tracing_on(self._tracer_provider) or self._metered()
-        self._on = on
-        return on
+        if self._explicit or _globals_set() is False:
+            return False
+        self._on = self._look()
+        return self._on
 
     def _metered(self) -> bool:
         return _metrics_on(self._meter_provider)
