@@ -99,6 +99,9 @@ async def test_a_refused_call_and_an_unknown_outcome_are_span_errors_with_their_
     uncertain = [r for r in rows if r["name"] == "oarlock.receipts.uncertain"]
     assert [(r["attributes"], r["value"]) for r in uncertain] == [
         ({"gen_ai.tool.name": "wire"}, 1)]
+    rec.observer.reconciled("wire")  # as oarlock receipts reconcile tells it
+    outstanding = [r for r in rec.metrics() if r["name"] == "oarlock.receipts.uncertain"]
+    assert [r["value"] for r in outstanding] == [0]
     statuses = {r["attributes"]["oarlock.receipt.status"]: r["count"]
                 for r in rows if r["name"] == "oarlock.tool.duration"}  # fmt: skip
     assert statuses == {"Denied": 1, "Uncertain": 1}

@@ -220,6 +220,11 @@ async def _reconcile(args: argparse.Namespace, store: RunStore) -> int:
         supersedes=supersedes,
     )
     await store.governance().reconcile(record)
+    if supersedes is None:  # one Uncertain receipt fewer outstanding, in the metrics
+        from oarlock.telemetry._setup import default_observer
+
+        invocation, _ = await store.governance().load(args.invocation_id)
+        default_observer().reconciled(str(invocation.get("toolId", "")))
     note = f" (supersedes {line(supersedes)})" if supersedes else ""
     print(f"invocation {line(args.invocation_id)}: reconciled as {args.outcome}{note}")
     return EXIT_OK

@@ -63,10 +63,10 @@ class Instruments:
             unit="{call}",
             description="Calls answered with an earlier receipt (not run again)",
         )
-        self.uncertain = meter.create_counter(
+        self.uncertain = meter.create_up_down_counter(
             "oarlock.receipts.uncertain",
             unit="{receipt}",
-            description="Calls whose outcome is unknown (Uncertain receipts)",
+            description="Uncertain receipts not reconciled yet (calls whose outcome is unknown)",
         )
         self.approvals_pending = meter.create_up_down_counter(
             "oarlock.approvals.pending", unit="{approval}", description="Approvals awaited"

@@ -212,6 +212,12 @@ class Telemetry:
                 attrs = {"gen_ai.agent.name": doc.agent, "oarlock.run.status": status}
                 inst.runs_finished.add(1, attrs)
 
+    def reconciled(self, tool: str) -> None:
+        """An operator reconciled an Uncertain receipt of ``tool``: one fewer outstanding."""
+        inst = self.instruments if self._enabled() else None
+        if inst is not None:
+            inst.uncertain.add(-1, {"gen_ai.tool.name": tool})
+
     def _turn(self, doc: RunDocument, data: Mapping[str, Any], inst: Instruments) -> None:
         provider, model = _provider_and_model(doc.model)
         attrs = {
