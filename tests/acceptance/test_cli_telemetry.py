@@ -42,6 +42,8 @@ def test_json_logs_name_the_run_trace_and_span_that_runs_show_trace_draws(
     # the console exporter got the spans of that trace
     assert f'"trace_id": "0x{trace_id}"' in done.stdout
     assert '"name": "await_approval issue_refund"' in done.stdout
+    assert "gen_ai.input.messages" not in done.stdout  # content only when asked for
+    assert "gen_ai.tool.call.result" not in done.stdout
 
     shown = oarlock("--db", db, "runs", "show", run_id[:8], "--trace")
     assert shown.returncode == 0, shown.stderr
@@ -78,3 +80,12 @@ def test_telemetry_set_up_wrongly_is_refused_naming_the_rule(tmp_path: Path) -> 
     after = oarlock("--db", db, "runs", "list", "--otel", env={"OTEL_TRACES_EXPORTER": "none",
                                                                 "OTEL_METRICS_EXPORTER": "none"})
     assert after.returncode == 0, after.stderr
+
+
+def test_content_is_captured_when_the_standard_variable_asks(tmp_path: Path) -> None:
+    env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none",
+           "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}  # fmt: skip
+    done = oarlock("--db", str(tmp_path / "runs.db"), "demo", "--yes", env=env)
+    assert done.returncode == 0, done.stderr
+    assert '"gen_ai.input.messages": "[{\\"role\\":\\"user\\"' in done.stdout
+    assert '"gen_ai.tool.call.result": ' in done.stdout and "ceramic teapot" in done.stdout

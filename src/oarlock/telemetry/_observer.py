@@ -303,9 +303,7 @@ class _Drive:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[object]:
-        with _run(self.run_id), trace.use_span(
-            self.span, end_on_exit=False, record_exception=False
-        ):
+        with _run(self.run_id), _current(self.span):
             log.info("drive started")
             yield self
 
@@ -332,7 +330,7 @@ class _Drive:
                 elif status == "completed":
                     span.set_status(Status(StatusCode.OK))
         if log.isEnabledFor(logging.INFO):
-            with trace.use_span(span, end_on_exit=False), _run(self.run_id):
+            with _current(span), _run(self.run_id):
                 log.info("drive ended: %s", status or type(error).__name__)
         span.end()
 
@@ -456,7 +454,7 @@ class _Call:
         return _span_id(self.span)
 
     def active(self) -> AbstractContextManager[object]:
-        return trace.use_span(self.span, end_on_exit=False, record_exception=False)
+        return _current(self.span)
 
     def outcome(self, outcome: CallOutcome) -> None:
         self.status = outcome.status
@@ -517,9 +515,17 @@ class _Call:
                 {"gen_ai.tool.name": self.tool, "oarlock.receipt.status": self.status or "none"},
             )
         if log.isEnabledFor(logging.INFO):
-            with trace.use_span(self.span, end_on_exit=False), _run(self.drive.run_id):
+            with _current(self.span), _run(self.drive.run_id):
                 log.info("execute_tool %s: %s", self.tool, self.status or "not run")
         self.span.end()
+
+
+def _current(span: Span) -> AbstractContextManager[object]:
+    """``span`` as the current span; an exception passing through is left to the watch
+    (whose status names its code: the exception's text may hold what must not leave)."""
+    return trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
 
 
 @contextlib.contextmanager
