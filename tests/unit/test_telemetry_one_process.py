@@ -194,7 +194,7 @@ def test_the_span_tree_of_a_hostile_event_log_is_drawn_escaped_and_never_raises(
         {"seq": 1, "kind": "model_responded", "at": "2026-01-01T00:00:01Z",
          "data": {"inputTokens": float("nan"), "span": {"drive": "d\x1b", "durationMs": -4}}},
         {"seq": 2, "kind": "tool_called", "at": "not a time",
-         "data": {"toolName": "rm\x1b]0;pwned\x07", "span": {"startedAt": 5, "spanId": "\n",
+         "data": {"toolName": "rm\x1b]0;pwned\x07", "span": {"startUs": -5, "spanId": "\n",
                                                             "status": ["x"], "durationMs": True}}},
         {"seq": 3, "kind": "approval_decided", "at": None, "data": {"toolCallId": 3}},
         {"seq": 4, "kind": "status_changed", "at": "2026-01-01T00:00:02Z", "data": "nope"},

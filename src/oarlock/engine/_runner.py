@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import time
 import uuid
@@ -85,22 +86,21 @@ class _Drive:
     """A drive under way: its id (its span's, when traced), when it began, its watch."""
 
     id: str
-    started_at: str
+    started_us: int
     watch: DriveWatch | None
 
-    def chat(self, model_id: str, request: ModelRequest) -> ChatWatch | None:
-        return None if self.watch is None else self.watch.chat(model_id, request)
 
     def call(self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any]) -> CallWatch | None:
         return None if self.watch is None else self.watch.call(tool, call, arguments)
 
-    def span(self, started_at: str, t0: float, span_id: str | None) -> dict[str, Any]:
+    def span(self, started_us: int, t0: float, span_id: str | None) -> dict[str, Any]:
         """The ``span`` member of a step's event: its drive, when it began and how long
-        it took (what ``runs show --trace`` draws the run's span tree from)."""
+        it took (what ``runs show --trace`` draws the run's span tree from). Times are
+        microseconds since the epoch: a clock read, no formatting, on every step."""
         span: dict[str, Any] = {
             "drive": self.id,
-            "driveStartedAt": self.started_at,
-            "startedAt": started_at,
+            "driveStartUs": self.started_us,
+            "startUs": started_us,
             "durationMs": round((time.perf_counter() - t0) * 1000, 3),
         }
         if span_id is not None:
@@ -414,7 +414,7 @@ class Runner(Conversations, Decisions):
         if watched:
             self._streams.emit(run_id, ToolStarted(run_id, call.id, call.name))
         drive = self._drives.get(run_id)
-        started, t0 = now_rfc3339(), time.perf_counter()
+        started, t0 = _now_us(), time.perf_counter()
         watch = None if drive is None else drive.call(tool, call, arguments)
         span: dict[str, Any] = {}
         if drive is not None:
@@ -487,7 +487,7 @@ class Runner(Conversations, Decisions):
         """Drive the run (see :meth:`_steps`), watched by the observer."""
         watch = self.observer.drive(doc)
         span_id = None if watch is None else watch.span_id
-        self._drives[doc.id] = _Drive(span_id or uuid.uuid4().hex[:16], now_rfc3339(), watch)
+        self._drives[doc.id] = _Drive(span_id or os.urandom(8).hex(), _now_us(), watch)
         try:
             if watch is None:
                 return await self._steps(doc, version, hold)
@@ -626,8 +626,10 @@ class Runner(Conversations, Decisions):
             self.agent.instructions, list(doc.messages), tools, self._text_sink(doc.id), final
         )
         drive = self._drives.get(doc.id)
-        watch = None if drive is None else drive.chat(self.agent.model.model_id, request)
-        started, t0 = now_rfc3339(), time.perf_counter()
+        watch = None
+        if drive is not None and drive.watch is not None:
+            watch = drive.watch.chat(self.agent.model.model_id, request)
+        started, t0 = _now_us(), time.perf_counter()
         try:
             response = await self._watch(doc.id, self._respond(request, watch))
         except ModelError as exc:  # providers may echo a key: nothing secret is stored
@@ -757,6 +759,10 @@ async def cancel_run(
     return await update_run(
         store, run_id, lambda d: core.cancel(d, clock(), reason), on_commit=on_commit
     )
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
 
 
 _QUIET = frozenset({"read", "sandbox"})

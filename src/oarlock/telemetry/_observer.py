@@ -51,19 +51,13 @@ _TERMINAL_ERRORS = frozenset({"failed", "cancelled", "halted_budget", "halted_ma
 log = logging.getLogger("oarlock.run")
 
 
-_UNKNOWN = object()
-
-
-def _globals_set() -> bool | None:
-    """Whether a global tracer or meter provider has been set, read from the API's own
-    globals (a few attribute reads: asking ``get_tracer_provider()`` looks the environment
-    up on every call while none is set, which costs microseconds); None when this version
-    of the API keeps them elsewhere."""
-    tracer = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
-    meter = getattr(metrics_internal, "_METER_PROVIDER", _UNKNOWN)
-    if tracer is _UNKNOWN or meter is _UNKNOWN:
-        return None
-    return tracer is not None or meter is not None
+# Whether a global tracer or meter provider has been set is read from the API's own
+# globals, two attribute reads: asking ``get_tracer_provider()`` looks the environment up
+# on every call while none is set, which costs microseconds. An API that keeps them
+# elsewhere is asked.
+_GLOBALS_READABLE = hasattr(trace, "_TRACER_PROVIDER") and hasattr(
+    metrics_internal, "_METER_PROVIDER"
+)
 
 
 def _tracing_on(provider: TracerProvider | None) -> bool:
@@ -153,7 +147,11 @@ class Telemetry:
         seen, the answer stays yes; until then, the question costs a few attribute reads."""
         if self._on:
             return True
-        if self._explicit or _globals_set() is False:
+        if self._explicit or (
+            _GLOBALS_READABLE
+            and trace._TRACER_PROVIDER is None
+            and metrics_internal._METER_PROVIDER is None
+        ):
             return False
         self._on = self._look()
         return self._on
@@ -192,7 +190,7 @@ class Telemetry:
         return _Drive(self, doc, span)
 
     def committed(self, doc: RunDocument, events: Sequence[Event]) -> None:
-        if not self._enabled():
+        if not (self._on or self._enabled()):
             return
         inst = self.instruments
         for ev in events:

@@ -1,8 +1,9 @@
 """A run's span tree from its event log, with no collector (``oarlock runs show --trace``).
 
 The runner writes a ``span`` member into each ``model_responded`` and ``tool_called``
-event: the drive (attempt) it belongs to, when that drive began, when the step began and
-how long it took, its span id when traced, and a call's receipt status. From these, the
+event: the drive (attempt) it belongs to (``drive``), when that drive and the step began
+(``driveStartUs``, ``startUs``: microseconds since the epoch), how long the step took
+(``durationMs``), its span id when traced, and a call's receipt status. From these, the
 status changes and the approvals asked for and decided, the tree is drawn as a collector
 would show the run's trace: the first drive at the root; its model requests, tool calls
 and the waits for a decision under it; each later drive under it too. Events of runs from
@@ -31,12 +32,13 @@ _ERRORS = frozenset({"failed", "cancelled", "halted_budget", "halted_max_turns"}
 
 @dataclass
 class SpanNode:
-    """One span: its name, times (RFC 3339), duration, status (``ok``, ``error``,
-    ``unset`` or ``open`` for one still going), what it ended with, and its children."""
+    """One span: its name, times (microseconds since the epoch), duration, status
+    (``ok``, ``error``, ``unset`` or ``open`` for one still going), what it ended with,
+    and its children."""
 
     name: str
-    start: str | None
-    end: str | None = None
+    start: float | None
+    end: float | None = None
     duration_ms: float | None = None
     status: str = "unset"
     detail: str = ""
@@ -46,8 +48,8 @@ class SpanNode:
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "status": self.status}
         for key, value in (
-            ("start", self.start),
-            ("end", self.end),
+            ("startUs", self.start),
+            ("endUs", self.end),
             ("durationMs", self.duration_ms),
             ("detail", self.detail or None),
             ("spanId", self.span_id),
@@ -69,22 +71,32 @@ def _number(value: object) -> float | None:
     return number if math.isfinite(number) and number >= 0 else None
 
 
-def _between_ms(start: str | None, end: str | None) -> float | None:
-    a = None if start is None else parse_rfc3339(start)
-    b = None if end is None else parse_rfc3339(end)
-    if a is None or b is None:
+def _us(value: object) -> float | None:
+    """A time as microseconds since the epoch: a number of them, or RFC 3339 text."""
+    if isinstance(value, str):
+        parsed = parse_rfc3339(value)
+        if parsed is None:
+            return None
+        second, fraction = parsed
+        return second.timestamp() * 1e6 + float(fraction) * 1e6
+    return _number(value)
+
+
+def _between_ms(start: float | None, end: float | None) -> float | None:
+    if start is None or end is None:
         return None
-    seconds = (b[0] - a[0]).total_seconds() + float(b[1] - a[1])
-    return max(seconds * 1000.0, 0.0)
+    return max((end - start) / 1000.0, 0.0)
 
 
-def _later(a: str | None, b: str | None) -> str | None:
-    """The later of two times (either may be missing or not a time)."""
-    if a is None or parse_rfc3339(a) is None:
+def _later(a: float | None, b: float | None) -> float | None:
+    """The later of two times (either may be missing)."""
+    if a is None:
         return b
-    if b is None or parse_rfc3339(b) is None:
-        return a
-    return b if _between_ms(a, b) else a
+    return a if b is None else max(a, b)
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
 def trace_id_of(doc: Mapping[str, Any]) -> str | None:
@@ -110,10 +122,10 @@ class _Builder:
         parent = self.current or (self.roots[0] if self.roots else None)
         (parent.children if parent is not None else self.roots).append(node)
 
-    def _drive(self, key: str, span: Mapping[str, Any], at: str | None) -> SpanNode:
+    def _drive(self, key: str, span: Mapping[str, Any], at: float | None) -> SpanNode:
         node = self.drives.get(key)
         if node is None:
-            started = _text(span.get("driveStartedAt")) or _text(span.get("startedAt")) or at
+            started = _first(_us(span.get("driveStartUs")), _us(span.get("startUs")), at)
             span_id = key if _SPAN_ID.fullmatch(key) else None
             node = SpanNode(f"invoke_agent {self.agent}", started, span_id=span_id)
             self.drives[key] = node
@@ -122,14 +134,14 @@ class _Builder:
         self.current = node
         return node
 
-    def step(self, seq: int, kind: str, at: str | None, data: Mapping[str, Any]) -> None:
+    def step(self, seq: int, kind: str, at: float | None, data: Mapping[str, Any]) -> None:
         raw = data.get("span")
         span: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         key = _text(span.get("drive"))
         if key is None:
             key = next((k for k, v in self.drives.items() if v is self.current), f"~{seq}")
         drive = self._drive(key, span, at)
-        start = _text(span.get("startedAt")) or at
+        start = _first(_us(span.get("startUs")), at)
         duration = _number(span.get("durationMs"))
         span_id = _text(span.get("spanId"))
         node = SpanNode("", start, at, duration, span_id=span_id)
@@ -144,8 +156,10 @@ class _Builder:
             self._tool(node, data, span)
         if node.duration_ms is None:
             node.duration_ms = _between_ms(start, at)
+        elif start is not None:
+            node.end = start + node.duration_ms * 1000.0
         drive.children.append(node)
-        drive.end = _later(drive.end, at)
+        drive.end = _later(drive.end, _later(at, node.end))
 
     def _tool(self, node: SpanNode, data: Mapping[str, Any], span: Mapping[str, Any]) -> None:
         node.name = f"execute_tool {_text(data.get('toolName')) or '?'}"
@@ -158,7 +172,7 @@ class _Builder:
             node.status = "error" if failed else "ok"
             node.detail = "not run" if failed else ""
 
-    def status(self, at: str | None, data: Mapping[str, Any]) -> None:
+    def status(self, at: float | None, data: Mapping[str, Any]) -> None:
         to = _text(data.get("to"))
         drive = self.current
         if drive is None or to is None:
@@ -169,7 +183,7 @@ class _Builder:
         if to != "running":
             self.current = None
 
-    def requested(self, at: str | None, data: Mapping[str, Any]) -> None:
+    def requested(self, at: float | None, data: Mapping[str, Any]) -> None:
         tool = _text(data.get("toolName")) or "?"
         node = SpanNode(f"await_approval {tool}", at, status="open", detail="waiting")
         self._attach(node)
@@ -177,7 +191,7 @@ class _Builder:
         if call_id is not None:
             self.waits[call_id] = node
 
-    def decided(self, at: str | None, data: Mapping[str, Any]) -> None:
+    def decided(self, at: float | None, data: Mapping[str, Any]) -> None:
         call_id = _text(data.get("toolCallId"))
         node = None if call_id is None else self.waits.pop(call_id, None)
         self.current = None  # a decision comes from outside any drive
@@ -211,7 +225,7 @@ def span_tree(
         data = event.get("data")
         if not isinstance(data, dict):
             continue
-        kind, at = event.get("kind"), _text(event.get("at"))
+        kind, at = event.get("kind"), _us(_text(event.get("at")))
         seq = event.get("seq")
         if kind in ("model_responded", "tool_called"):
             build.step(seq if isinstance(seq, int) else i, str(kind), at, data)
