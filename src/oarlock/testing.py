@@ -1,5 +1,6 @@
-"""Fakes for tests, shipped for users: the scripted model, the in-memory stores, and store
-wrappers that validate every run document, invocation and receipt before it is written."""
+"""Fakes for tests, shipped for users: the scripted and function models, the in-memory
+stores, and store wrappers that validate every run document, invocation and receipt before
+it is written."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from oarlock.formats._validate import validate
 from oarlock.governance._ledger import Checkpoint, LedgerEntry
 from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
 from oarlock.governance._store import ClaimHeld, GovernanceStore, MemoryGovernanceStore
+from oarlock.models._function import FunctionModel
 from oarlock.models._scripted import ScriptedModel
 from oarlock.store._base import Event, RunStore, RunSummary, StoredRun
 from oarlock.store._memory import MemoryStore
 from oarlock.store._queue import Lease, RunQueue, WorkerInfo
 
 __all__ = [
+    "FunctionModel",
     "MemoryGovernanceStore",
     "MemoryStore",
     "ScriptedModel",

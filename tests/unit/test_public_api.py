@@ -246,6 +246,7 @@ MODELS_ALL = [
     "DEFAULT_PRICES",
     "AnthropicModel",
     "Divergence",
+    "FunctionModel",
     "ModelAdapter",
     "ModelRequest",
     "ModelResponse",
