@@ -127,13 +127,14 @@ def graph_for(
     checkpointer: Any = None,
     *,
     sync: bool = False,
+    sync_tool: bool = False,
     tool_turns: int = TOOL_TURNS,
     final_call: str | None = None,
 ) -> Any:
-    model = CannedChat(
-        tool_turns=tool_turns, final_call=final_call, tool_name="echo_sync" if sync else "echo"
-    )
-    tools = [echo_sync if sync else echo, pay]
+    sync_tool = sync_tool or sync
+    name = "echo_sync" if sync_tool else "echo"
+    model = CannedChat(tool_turns=tool_turns, final_call=final_call, tool_name=name)
+    tools = [echo_sync if sync_tool else echo, pay]
     return create_react_agent(model, tools, checkpointer=checkpointer)
 
 
@@ -281,6 +282,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "langchain_core_version": version("langchain-core"),
     }
     out["memory_per_turn_s"] = await per_turn_async(graph_for(), False, args.rounds, args.runs)
+    out["memory_sync_tool_per_turn_s"] = await per_turn_async(
+        graph_for(sync_tool=True), False, args.rounds, args.runs
+    )
     out["memory_sync_per_turn_s"] = per_turn_sync(
         graph_for(sync=True), False, args.rounds, args.runs
     )

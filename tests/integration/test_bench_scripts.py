@@ -55,3 +55,31 @@ def test_the_sandbox_benchmark_measures_every_case(tmp_path: Path) -> None:
         "sandboxed Python tool, bubblewrap",
     }
     assert all(case["median_ms"] > 0 for case in result.values())
+
+
+def test_the_oarlock_side_of_the_peer_suite_measures_every_row_and_counts_its_commits(
+    tmp_path: Path,
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "peers" / "oarlock_bench.py"), "--rounds", "1", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    for where in ("memory", "durable"):
+        for kind in ("", "_sync_tool", "_history", "_history_sync_tool"):
+            assert len(result[f"{where}{kind}_per_turn_s"]) == 1, (where, kind)
+    # the runner's flush rule, as the floor in bench/results.md counts it
+    assert result["commits_per_run"]["FULL"] == 11
+    assert result["commits_per_run"]["NORMAL"] > 11
+    sys.path.insert(0, str(BENCH))
+    try:
+        import compare
+    finally:
+        sys.path.remove(str(BENCH))
+    floor = compare._floor({"raw": {"oarlock": result}})
+    assert floor is not None and floor["flushes"] == 11 and floor["per_turn"] > 0
