@@ -575,21 +575,38 @@ def scale_section(sc: dict[str, Any]) -> list[str]:
     if "error" in sc or not sc:
         return [*out, f"missing: {sc.get('error', 'not run')[:300]}"]
     lst, mem, sql = sc["listing"], sc["concurrent_memory"], sc["concurrent_sqlite"]
-    return [
-        *out,
+    out += [
         "| case | result |",
         "| --- | ---: |",
         f"| list the runs waiting for approval among {sc['stored_runs']:,} stored "
         f"({lst['waiting_found']:,} found, SQLite) | {lst['waiting_ms']:.1f} ms |",
         f"| list the 50 newest of {sc['stored_runs']:,} | {lst['newest_50_ms']:.2f} ms |",
-        f"| {mem['runs']:,} concurrent runs, 100 ms model latency, in memory | "
-        f"{mem['wall_s']:.2f} s (ideal {mem['ideal_s']:.2f} s: {mem['efficiency']:.0%}) |",
-        f"| {sql['runs']:,} concurrent runs, 100 ms model latency, SQLite | "
-        f"{sql['wall_s']:.2f} s (ideal {sql['ideal_s']:.2f} s: {sql['efficiency']:.0%}) |",
+    ]
+    for r, where in ((mem, "in memory"), (sql, "SQLite")):
+        out.append(
+            f"| {r['runs']:,} concurrent runs, 100 ms model latency, {where} | "
+            f"{r['wall_s']:.2f} s (ideal {r['ideal_s']:.2f} s: {r['efficiency']:.0%}); CPU "
+            f"{r['cpu_s']:.2f} s, {r['cpu_per_run_ms']:.3f} ms a run |"
+        )
+    for key, where in (("waiting_memory", "in memory"), ("waiting_sqlite", "SQLite")):
+        if key in sc:
+            w = sc[key]
+            out.append(
+                f"| resident memory per run waiting on its model, {w['runs']:,} at once, "
+                f"{where} | {w['bytes_per_waiting_run'] / 1024:.1f} KB |"
+            )
+    cpu_floor = mem["cpu_per_run_ms"] * mem["runs"] / 1000
+    return [
+        *out,
         "",
         "Each concurrent run makes two model requests and one governed tool call; one "
         "process on one event loop does all the CPU work, so the wall time is bound by "
-        "that work (and, on SQLite, by one flushed commit after another), not by waiting.",
+        f"that work, not by waiting: in memory, {mem['runs']:,} runs × "
+        f"{mem['cpu_per_run_ms']:.3f} ms of CPU is {cpu_floor:.2f} s on one core, against "
+        f"an ideal of {mem['ideal_s']:.2f} s; more of the ideal takes more processes "
+        "(workers, [More than one machine](../README.md#more-than-one-machine)) or less CPU "
+        "per run. Memory per waiting run: the growth of the resident set of a fresh process "
+        "while every run waits on its model at once.",
     ]
 
 
@@ -752,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold", type=int, default=5, help="cold-start samples (default 5)")
     ap.add_argument("--quick", action="store_true", help="3 rounds × 3 runs, 3 cold starts")
     ap.add_argument("--stored", type=int, default=100_000, help="runs stored for the scale test")
-    ap.add_argument("--concurrent", type=int, default=1000, help="concurrent runs (scale test)")
+    ap.add_argument("--concurrent", type=int, default=10_000, help="concurrent runs (scale test)")
     ap.add_argument(
         "--out",
         default=str(HERE / "results"),

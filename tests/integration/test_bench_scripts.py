@@ -38,6 +38,10 @@ def test_the_scale_benchmark_seeds_lists_and_runs_concurrently(tmp_path: Path) -
     assert result["listing"]["waiting_found"] == 3  # one run in a hundred waits
     for kind in ("concurrent_memory", "concurrent_sqlite"):
         assert result[kind]["runs"] == 5 and result[kind]["wall_s"] > 0
+        assert result[kind]["cpu_s"] > 0
+    for kind in ("waiting_memory", "waiting_sqlite"):
+        assert result[kind]["runs"] == 5
+        assert result[kind]["rss_waiting_bytes"] >= result[kind]["rss_before_bytes"] > 0
 
 
 def test_the_governance_benchmark_measures_every_case(tmp_path: Path) -> None:
