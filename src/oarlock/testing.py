@@ -4,11 +4,12 @@ it is written."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from oarlock.errors import DocumentInvalid
-from oarlock.formats._codec import dump
+from oarlock.formats._codec import dump, dump_run_json
 from oarlock.formats._models import RunDocument
 from oarlock.formats._report import Kind
 from oarlock.formats._validate import validate
@@ -47,9 +48,15 @@ class ValidatingStore:
         self.writes = 0
 
     def _check(self, document: RunDocument) -> None:
-        report = validate(dump(document), "run")
+        whole = dump(document)
+        report = validate(whole, "run")
         if not report.valid:
             raise DocumentInvalid(report)
+        if json.loads(dump_run_json(document)) != whole:
+            raise AssertionError(
+                f"run {document.id}: a message was changed after it was committed (the "
+                "stores write each message's JSON once; see formats._codec.dump_run_json)"
+            )
         self.writes += 1
 
     async def create(
