@@ -112,9 +112,7 @@ def _process(block: Block, folder: Path, argv: list[str]) -> str:
         check=False,
     )  # fmt: skip
     if done.returncode != 0:
-        pytest.fail(
-            f"{block.where}: exit status {done.returncode}\n{done.stdout}\n{done.stderr}"
-        )
+        pytest.fail(f"{block.where}: exit status {done.returncode}\n{done.stdout}\n{done.stderr}")
     return done.stdout
 
 
