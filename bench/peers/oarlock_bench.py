@@ -197,6 +197,39 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         out["bytes"] = {str(n): await stored_bytes(tmp, n) for n in (TOOL_TURNS, 100)}
         out["commit_s"] = flushed_commits(tmp / "commits.db", 200)
         out["unflushed_commit_s"] = flushed_commits(tmp / "normal.db", 200, "NORMAL")
+    if args.pg:
+        await postgres_rows(out, args)
+    return out
+
+
+async def postgres_rows(out: dict[str, Any], args: argparse.Namespace) -> None:
+    """Per turn on PostgresStore (the same workload), and what one commit costs there,
+    synchronous (flushed) and with synchronous_commit off."""
+    from oarlock.store import PostgresStore
+
+    async with PostgresStore(args.pg) as store:
+        out["durable_pg_history_per_turn_s"] = await per_turn(
+            store, args.rounds, args.runs, history=True
+        )
+    out["pg_commit_s"] = pg_commits(args.pg, True, 300)
+    out["pg_unflushed_commit_s"] = pg_commits(args.pg, False, 300)
+
+
+def pg_commits(url: str, sync: bool, n: int) -> list[float]:
+    """One commit of a 2 KB row, n times: synchronous_commit on (it waits for the WAL's
+    flush) or off."""
+    import psycopg
+
+    row = b"x" * 2048
+    out = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commits (id serial PRIMARY KEY, body bytea)")
+        conn.execute(f"SET synchronous_commit = {'on' if sync else 'off'}")
+        for _ in range(n):
+            t0 = time.perf_counter()
+            with conn.transaction():
+                conn.execute("INSERT INTO bench_commits (body) VALUES (%s)", (row,))
+            out.append(time.perf_counter() - t0)
     return out
 
 
@@ -251,6 +284,7 @@ async def commits_per_run(path: Path) -> dict[str, int]:
 def main() -> int:
     ap = arguments()
     ap.add_argument("--make-run", metavar="DB", help="store one 10-turn run in DB, print its id")
+    ap.add_argument("--pg", metavar="URL", help="also measure PostgresStore on this database")
     args = ap.parse_args()
     if args.make_run:
         emit(REAL_STDOUT, {"run_id": asyncio.run(make_run(Path(args.make_run)))})

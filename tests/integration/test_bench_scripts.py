@@ -82,8 +82,8 @@ def test_the_oarlock_side_of_the_peer_suite_measures_every_row_and_counts_its_co
     assert result["commits_per_run"]["NORMAL"] > 11
     sys.path.insert(0, str(BENCH))
     try:
-        import compare
+        import report
     finally:
         sys.path.remove(str(BENCH))
-    floor = compare._floor({"raw": {"oarlock": result}})
+    floor = report._floor({"raw": {"oarlock": result}})
     assert floor is not None and floor["flushes"] == 11 and floor["per_turn"] > 0
