@@ -16,6 +16,7 @@ Run: ``python bench/compare.py [--rounds N] [--quick] [--out bench/results]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -26,21 +27,27 @@ import sys
 import tempfile
 import time
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from report import KEPT, ROWS, markdown
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "peers"
 PEERS_VENV = PEERS / ".venv-peers"
-PEER_PACKAGES = [
-    "openai-agents",
-    "pydantic-ai-slim",
-    "langgraph",
-    "langgraph-checkpoint-sqlite",
-    "langchain-core",
+PEER_PACKAGES = [  # pinned: a figure is only comparable to one of the same versions
+    "openai-agents==0.24.0",
+    "pydantic-ai-slim==2.68.0",
+    "langgraph==1.2.24",
+    "langgraph-checkpoint-sqlite==3.1.2",
+    "langgraph-checkpoint-postgres==3.2.0",
+    "psycopg[binary]==3.3.9",
+    "langchain-core==1.8.3",
 ]
 PEER_IMPORTS = (
-    "import agents, pydantic_ai, langgraph.prebuilt, langgraph.checkpoint.sqlite, langchain_core"
+    "import agents, pydantic_ai, langgraph.prebuilt, langgraph.checkpoint.sqlite, "
+    "langgraph.checkpoint.postgres, langchain_core"
 )
 SCRIPTS = {
     "openai-agents": "agents_sdk.py",
@@ -52,6 +59,33 @@ COLD_IMPORTS = {
     "pydantic-ai": "import pydantic_ai",
     "langgraph": "import langgraph.prebuilt",
 }
+
+
+@contextlib.contextmanager
+def postgres_databases(server: str | None, names: list[str]) -> Iterator[dict[str, list[str]]]:
+    """A fresh database on ``server`` for each of ``names`` (dropped afterwards), as the
+    ``--pg URL`` option each script takes; none without a server."""
+    if not server:
+        yield {name: [] for name in names}
+        return
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    made = {name: f"oarlock_compare_{name}_{os.getpid()}" for name in names}
+    with psycopg.connect(server, autocommit=True) as conn:
+        for db in made.values():
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}"')
+            conn.execute(f'CREATE DATABASE "{db}"')
+    try:
+        yield {
+            name: ["--pg", urlunsplit(urlsplit(server)._replace(path="/" + db))]
+            for name, db in made.items()
+        }
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            for db in made.values():
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def log(msg: str) -> None:
@@ -165,18 +199,6 @@ def cold_start(oarlock_py: Path, peers_py: Path, n: int) -> dict[str, Any]:
     return out
 
 
-def fmt_ms(s: dict[str, float] | None) -> tuple[str, str]:
-    if not s:
-        return "—", "—"
-    return f"{s['median']:.3f}", f"{s['min']:.3f}..{s['max']:.3f}"
-
-
-def ratio(peer: dict[str, float] | None, base: dict[str, float] | None) -> str:
-    if not peer or not base or not base["median"]:
-        return "—"
-    return f"{peer['median'] / base['median']:.2f}×"
-
-
 def run_bench(py: Path, script: str, extra: list[str]) -> dict[str, Any]:
     """One of oarlock's own benchmarks (bench/*.py), its results read from --json."""
     out = Path(tempfile.mkdtemp(prefix="oarlock-compare-")) / "out.json"
@@ -197,11 +219,14 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     oarlock_py = Path(args.oarlock_python)
     peers_py = ensure_peers_venv()
     common = ["--rounds", str(args.rounds), "--runs", str(args.runs)]
-    raw: dict[str, Any] = {
-        "oarlock": run_json([str(oarlock_py), str(PEERS / "oarlock_bench.py"), *common])
-    }
-    for name, script in SCRIPTS.items():
-        raw[name] = run_json([str(peers_py), str(PEERS / script), *common])
+    with postgres_databases(args.pg, ["oarlock", "langgraph"]) as pg:
+        raw: dict[str, Any] = {
+            "oarlock": run_json(
+                [str(oarlock_py), str(PEERS / "oarlock_bench.py"), *common, *pg["oarlock"]]
+            )
+        }
+        for name, script in SCRIPTS.items():
+            raw[name] = run_json([str(peers_py), str(PEERS / script), *common, *pg.get(name, [])])
     log("cold starts")
     cold = cold_start(oarlock_py, peers_py, args.cold)
     log("governed call overhead")
@@ -229,6 +254,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         "pydantic-ai-slim": raw["pydantic-ai"].get("version"),
         "langgraph": raw["langgraph"].get("version"),
         "langgraph-checkpoint-sqlite": raw["langgraph"].get("checkpoint_sqlite_version"),
+        "langgraph-checkpoint-postgres": raw["langgraph"].get("checkpoint_postgres_version"),
         "langchain-core": raw["langgraph"].get("langchain_core_version"),
     }
     machine = {
@@ -256,111 +282,12 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
             }
         )
 
-    o, a, p, g = raw["oarlock"], raw["openai-agents"], raw["pydantic-ai"], raw["langgraph"]
-    s1 = "1. per model turn, in memory (ms)"
-    add(
-        s1,
-        "oarlock, MemoryStore, governed executor on",
-        "oarlock",
-        o.get("memory_per_turn_s"),
-        None,
-    )
-    add(
-        s1,
-        "OpenAI Agents SDK, no persistence",
-        "openai-agents",
-        a.get("memory_per_turn_s"),
-        "oarlock",
-        a.get("error", ""),
-    )
-    add(
-        s1,
-        "Pydantic AI, no persistence",
-        "pydantic-ai",
-        p.get("memory_per_turn_s"),
-        "oarlock",
-        p.get("error", ""),
-    )
-    add(
-        s1,
-        "LangGraph create_react_agent, ainvoke, no checkpointer",
-        "langgraph",
-        g.get("memory_per_turn_s"),
-        "oarlock",
-        g.get("error", ""),
-    )
-    add(
-        s1,
-        "LangGraph create_react_agent, invoke (sync), no checkpointer",
-        "langgraph",
-        g.get("memory_sync_per_turn_s"),
-        "oarlock",
-        g.get("error", ""),
-    )
-    s2 = "2. per model turn, durable SQLite file (ms)"
-    add(
-        s2,
-        "oarlock, SQLiteStore (WAL, synchronous=FULL, commit per step)",
-        "oarlock",
-        o.get("durable_per_turn_s"),
-        None,
-    )
-    add(
-        s2,
-        "LangGraph, AsyncSqliteSaver, ainvoke, durability=sync",
-        "langgraph",
-        g.get("durable_per_turn_s"),
-        "oarlock",
-        g.get("error", ""),
-    )
-    add(
-        s2,
-        "LangGraph, SqliteSaver, invoke (sync), durability=sync",
-        "langgraph",
-        g.get("durable_sync_per_turn_s"),
-        "oarlock",
-        g.get("error", ""),
-    )
-    s3 = "3. resume a run paused on approval after 9 tool turns: load, approve, finish (ms)"
-    add(
-        s3,
-        "oarlock, fresh SQLiteStore + Runner: decide + resume",
-        "oarlock",
-        o.get("resume_s"),
-        None,
-    )
-    add(
-        s3,
-        "OpenAI Agents SDK, RunState JSON file: from_string + approve + Runner.run",
-        "openai-agents",
-        a.get("resume_s"),
-        "oarlock",
-        a.get("resume_error", a.get("error", "")),
-    )
-    add(
-        s3,
-        "Pydantic AI, message-history JSON file: DeferredToolResults + agent.run",
-        "pydantic-ai",
-        p.get("resume_s"),
-        "oarlock",
-        p.get("resume_error", p.get("error", "")),
-    )
-    add(
-        s3,
-        "LangGraph, fresh AsyncSqliteSaver: Command(resume) via ainvoke",
-        "langgraph",
-        g.get("resume_s"),
-        "oarlock",
-        g.get("error", ""),
-    )
-    add(
-        s3,
-        "LangGraph, fresh SqliteSaver: Command(resume) via invoke (sync)",
-        "langgraph",
-        g.get("resume_sync_s"),
-        "oarlock",
-        g.get("error", ""),
-    )
+    for section, label, fw, key, base in ROWS:
+        r = raw[fw]
+        note = r.get("error", "")
+        if key == "resume_s":
+            note = r.get("resume_error", note)
+        add(section, label, fw, r.get(key), base, note)
 
     cold_rows = []
     for key, label in (
@@ -412,308 +339,13 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         "versions": versions,
         "rows": rows,
         "cold_start": cold_rows,
-        "bytes": {"oarlock": bytes_of(o), "langgraph": bytes_of(g)},
+        "bytes": {"oarlock": bytes_of(raw["oarlock"]), "langgraph": bytes_of(raw["langgraph"])},
         "governance": governance,
         "scale": scale,
         "notes": {k: v.get("resume_note") for k, v in raw.items() if v.get("resume_note")},
         "errors": {k: v["error"] for k, v in raw.items() if "error" in v},
         "raw": raw,
     }
-
-
-def markdown(res: dict[str, Any]) -> str:
-    m, v, st = res["machine"], res["versions"], res["settings"]
-    out = [
-        "# oarlock and its peers: framework overhead",
-        "",
-        f"- Date: {res['date']}",
-        f"- Machine: {m['nproc']} CPUs ({m['processor']}), {m['platform']}; "
-        f"Python {m['python_oarlock_venv']} (oarlock venv), {m['python_peers_venv']} (peers venv)",
-        "- Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
-        f"- Command: `{res['command']}` ({st['rounds']} rounds × {st['runs_per_round']} runs; "
-        f"cold start: median of {st['cold_start_samples']} after 1 warm-up)",
-        "",
-        "Workload, identical for all: one agent, one trivial tool `echo(text) -> text`; the "
-        "framework's own fake/function model calls it on each of 10 turns, then answers "
-        "(11 model turns). Model and tool return at once: only framework overhead is measured. "
-        "**Per-turn = wall time of a whole run / 11 model turns**, for every framework. Each "
-        "round's figure is the median of its runs; the table gives the median over rounds and "
-        "the min..max of the round figures. Ratio = peer / oarlock, from this same invocation "
-        "(> 1: the peer is slower or larger). oarlock's governed executor is on in every row "
-        "(policy, idempotency claim, receipt, ledger on each call); the peers do no such work.",
-        "",
-        "| case | median ms | min..max ms | peer / oarlock |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    section = None
-    base: dict[str, Any] = {}
-    for r in res["rows"]:
-        if r["section"] != section:
-            section = r["section"]
-            out.append(f"| **{section}** | | | |")
-        if r["base"] is None:
-            base = r["ms"]
-        med, spread = fmt_ms(r["ms"])
-        note = f" (missing: {r['note']})" if r["ms"] is None and r["note"] else ""
-        out.append(
-            f"| {r['label']}{note} | {med} | {spread} | "
-            f"{'(baseline)' if r['base'] is None else ratio(r['ms'], base)} |"
-        )
-    out.append("| **4. cold start: fresh process wall time (ms)** | | | |")
-    cold_base = res["cold_start"][0]["ms"]
-    for r in res["cold_start"]:
-        med, spread = fmt_ms(r["ms"])
-        err = f" (missing: {r['error']})" if r["error"] else ""
-        rat = (
-            "(baseline)"
-            if r["key"] == "oarlock"
-            else ("—" if r["key"].startswith("python") else ratio(r["ms"], cold_base))
-        )
-        out.append(f"| {r['label']}{err} | {med} | {spread} | {rat} |")
-    out += [
-        "",
-        "## 5. Bytes stored for one run (SQLite)",
-        "",
-        "File bytes: size of the database file after `PRAGMA wal_checkpoint(TRUNCATE)`, "
-        "minus the size of an empty, initialized store. Row bytes: the sum of every stored "
-        "value's length (`LENGTH(CAST(col AS BLOB))`, integers counted as their decimal "
-        "text) over all tables — for oarlock the run document, events and governance rows "
-        "(ledger, invocations, claims, receipts, artifacts); for LangGraph its "
-        "`checkpoints` and `writes` tables (SqliteSaver, a checkpoint after every step).",
-        "",
-        "| store | 10-turn file bytes | 100-turn file bytes | 100/10 | 10-turn row bytes "
-        "| 100-turn row bytes | 100/10 | LangGraph / oarlock (file, 10 / 100) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    ob, lb = res["bytes"]["oarlock"], res["bytes"]["langgraph"]
-    for name, b in (("oarlock SQLiteStore", ob), ("LangGraph SqliteSaver", lb)):
-        if not b:
-            out.append(f"| {name} (missing) | — | — | — | — | — | — | — |")
-            continue
-        cmp = "(baseline)"
-        if b is lb and ob:
-            cmp = (
-                f"{lb['10']['file_bytes'] / ob['10']['file_bytes']:.2f}× / "
-                f"{lb['100']['file_bytes'] / ob['100']['file_bytes']:.2f}×"
-            )
-        out.append(
-            f"| {name} | {b['10']['file_bytes']:,} | {b['100']['file_bytes']:,} | "
-            f"{b['file_ratio_100_10']:.1f} | {b['10']['row_bytes']:,} | "
-            f"{b['100']['row_bytes']:,} | {b['row_ratio_100_10']:.1f} | {cmp} |"
-        )
-    out += shared_bytes_section(ob, lb)
-    out += governance_section(res.get("governance") or {})
-    out += scale_section(res.get("scale") or {})
-    out += targets_section(res)
-    out += floors_section(res)
-    out += [
-        "",
-        "## Notes",
-        "",
-        "- No persistence for the Agents SDK and Pydantic AI in row 1 and no durable row for "
-        "them in 2: neither ships a run store. Their pause/resume rows (3) serialize the "
-        "paused state to a JSON file (not a transactional store) and time reading it back, "
-        "recording the approval and finishing.",
-        "- Agents SDK tracing is disabled (`set_tracing_disabled(True)`); otherwise it would "
-        "try to export spans.",
-        '- LangGraph durable rows use `durability="sync"` (each step\'s checkpoint is written '
-        "before the next starts) with `PRAGMA synchronous=FULL` on a WAL database, to match "
-        "oarlock's commit-per-step; LangGraph's default (`\"async\"`) overlaps the write with "
-        "the next step.",
-        "- oarlock pause/resume: the timed part constructs a fresh `SQLiteStore` and `Runner` "
-        "on the file, then `decide(..., 'approved')` and `resume(...)`; LangGraph's opens a "
-        "fresh connection + saver and compiles the agent, then `Command(resume=...)`.",
-        "- Cold start is process wall time including interpreter start; `python -c pass` "
-        "rows are the floor. oarlock's row also opens the DB and prints a run's timeline; "
-        "the peers' rows only import the package. Every package's bytecode is compiled "
-        "beforehand (pip did it for the peers; the suite runs `compileall` on oarlock).",
-    ]
-    for k, note in res["notes"].items():
-        out.append(f"- {k} resume: {note}")
-    for k, err in res["errors"].items():
-        out.append(f"- **{k} failed**: {err[:500]}")
-    return "\n".join(out) + "\n"
-
-
-def shared_bytes_section(ob: dict[str, Any] | None, lb: dict[str, Any] | None) -> list[str]:
-    if not ob or not lb or ob["shared_ratio_100_10"] is None:
-        return []
-    out = [
-        "",
-        "The same runs stored in a database that holds five 10-turn runs already, as a store "
-        "in use does: the growth of its file (after a checkpoint) when the run is added. In "
-        "an empty store, the first rows of each table fit in root pages the empty file has "
-        "already, so the figures above undercount a short run.",
-        "",
-        "| store | 10-turn file bytes added | 100-turn file bytes added | 100/10 "
-        "| LangGraph / oarlock (10 / 100) |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    for name, b in (("oarlock SQLiteStore", ob), ("LangGraph SqliteSaver", lb)):
-        ten, hundred = b["10"]["shared_file_bytes"], b["100"]["shared_file_bytes"]
-        cmp = "(baseline)"
-        if b is lb:
-            o10, o100 = ob["10"]["shared_file_bytes"], ob["100"]["shared_file_bytes"]
-            cmp = f"{ten / o10:.2f}× / {hundred / o100:.2f}×"
-        out.append(f"| {name} | {ten:,} | {hundred:,} | {b['shared_ratio_100_10']:.1f} | {cmp} |")
-    return out
-
-
-def governance_section(gov: dict[str, Any]) -> list[str]:
-    out = [
-        "",
-        "## 6. Governed call overhead (oarlock)",
-        "",
-        "One tool call through policy, approval check, idempotency claim, receipt and "
-        "ledger (`bench/bench_governance.py`); each call has a fresh key.",
-        "",
-        "| case | median ms | min..max ms |",
-        "| --- | ---: | ---: |",
-    ]
-    if "error" in gov:
-        return [*out, f"| (missing: {gov['error'][:200]}) | — | — |"]
-    for name, r in gov.items():
-        out.append(f"| {name} | {r['median_ms']:.3f} | {r['min_ms']:.3f}..{r['max_ms']:.3f} |")
-    return out
-
-
-def scale_section(sc: dict[str, Any]) -> list[str]:
-    out = ["", "## 7. Scale (oarlock)", ""]
-    if "error" in sc or not sc:
-        return [*out, f"missing: {sc.get('error', 'not run')[:300]}"]
-    lst, mem, sql = sc["listing"], sc["concurrent_memory"], sc["concurrent_sqlite"]
-    return [
-        *out,
-        "| case | result |",
-        "| --- | ---: |",
-        f"| list the runs waiting for approval among {sc['stored_runs']:,} stored "
-        f"({lst['waiting_found']:,} found, SQLite) | {lst['waiting_ms']:.1f} ms |",
-        f"| list the 50 newest of {sc['stored_runs']:,} | {lst['newest_50_ms']:.2f} ms |",
-        f"| {mem['runs']:,} concurrent runs, 100 ms model latency, in memory | "
-        f"{mem['wall_s']:.2f} s (ideal {mem['ideal_s']:.2f} s: {mem['efficiency']:.0%}) |",
-        f"| {sql['runs']:,} concurrent runs, 100 ms model latency, SQLite | "
-        f"{sql['wall_s']:.2f} s (ideal {sql['ideal_s']:.2f} s: {sql['efficiency']:.0%}) |",
-        "",
-        "Each concurrent run makes two model requests and one governed tool call; one "
-        "process on one event loop does all the CPU work, so the wall time is bound by "
-        "that work (and, on SQLite, by one flushed commit after another), not by waiting.",
-    ]
-
-
-def _fastest(rows: list[dict[str, Any]], section: str) -> tuple[float | None, float | None]:
-    base = peer = None
-    for r in rows:
-        if r["section"] == section and r["ms"]:
-            if r["base"] is None:
-                base = r["ms"]["median"]
-            else:
-                peer = r["ms"]["median"] if peer is None else min(peer, r["ms"]["median"])
-    return base, peer
-
-
-def floors_section(res: dict[str, Any]) -> list[str]:
-    """What the guarantees cost at least, from figures of this same invocation."""
-    samples = (res["raw"].get("oarlock") or {}).get("commit_s")
-    sections = sorted({r["section"] for r in res["rows"]})
-    durable = next((s for s in sections if s.startswith("2.")), None)
-    resume = next((s for s in sections if s.startswith("3.")), None)
-    if not samples or durable is None or resume is None:
-        return []
-    commit = statistics.median(samples) * 1000
-    _, lg = _fastest(res["rows"], durable)
-    _, fastest_resume = _fastest(res["rows"], resume)
-    out = [
-        "",
-        "## Floors",
-        "",
-        f"One flushed SQLite commit (WAL, synchronous=FULL, a 2 KB row) took {commit:.3f} ms "
-        f"(median of {len(samples)}) in this invocation. oarlock commits each step before "
-        "it goes on: a 10-turn run makes 22 flushed commits (its creation; per tool turn "
-        "the model's response, then the tool results, as LangGraph checkpoints each node; "
-        "the answer), so the flushes alone cost "
-        f"{22 * commit / 11:.3f} ms per model turn",
-    ]
-    if lg:
-        out[-1] += (
-            f": against LangGraph's {lg:.3f} ms, no CPU time at all would give "
-            f"{lg / (2 * commit):.1f}×."
-        )
-    out.append("")
-    line = (
-        "Pause and resume makes at least four flushed commits, each before it is "
-        "acknowledged or acted on (the decision; the spend call's idempotency claim, "
-        "before the tool runs; the tool results; the answer), and opens the database: "
-        f"{4 * commit:.3f} ms of flushes"
-    )
-    if fastest_resume:
-        line += (
-            f", against {fastest_resume:.3f} ms for the fastest peer, which stores nothing "
-            "durably while it resumes."
-        )
-    out.append(line)
-    return out
-
-
-def targets_section(res: dict[str, Any]) -> list[str]:
-    rows = res["rows"]
-    out = [
-        "",
-        "## Targets",
-        "",
-        "| target | wanted | measured | met |",
-        "| --- | ---: | ---: | :---: |",
-    ]
-
-    def line(name: str, wanted: float, got: float | None, more_is_better: bool = True) -> None:
-        if got is None:
-            out.append(f"| {name} | {wanted:g}× | — | missing |")
-            return
-        ok = got >= wanted if more_is_better else got <= wanted
-        miss = "" if ok else f" (short by {wanted / got:.1f}×)" if more_is_better else ""
-        out.append(f"| {name} | {wanted:g}× | {got:.2f}× | {'yes' if ok else 'no' + miss} |")
-
-    sections = sorted({r["section"] for r in rows})
-    for key, wanted, name in (
-        ("1.", 10, "in memory, per governed turn vs the fastest peer"),
-        ("2.", 8, "durable, per turn vs LangGraph with SqliteSaver"),
-        ("3.", 10, "pause and resume vs the fastest peer"),
-    ):
-        sec = next((s for s in sections if s.startswith(key)), None)
-        base, peer = _fastest(rows, sec) if sec else (None, None)
-        line(name, wanted, peer / base if base and peer else None)
-    cold = {r["key"]: r["ms"] for r in res["cold_start"]}
-    peers = [
-        cold[k]["median"] for k in ("openai-agents", "pydantic-ai", "langgraph") if cold.get(k)
-    ]
-    got = min(peers) / cold["oarlock"]["median"] if peers and cold.get("oarlock") else None
-    line("cold `runs show` vs the fastest peer's import", 10, got)
-    ob, lb = res["bytes"]["oarlock"], res["bytes"]["langgraph"]
-    if ob and lb:
-        line(
-            "bytes stored, 10-turn run, LangGraph / oarlock",
-            5,
-            lb["10"]["file_bytes"] / ob["10"]["file_bytes"],
-        )
-        if ob["shared_ratio_100_10"] is not None:
-            line(
-                "bytes added to a store in use, 10-turn run, LangGraph / oarlock",
-                5,
-                lb["10"]["shared_file_bytes"] / ob["10"]["shared_file_bytes"],
-            )
-        ratios = [
-            (
-                f"empty store, file bytes; rows {ob['row_ratio_100_10']:.1f}",
-                ob["file_ratio_100_10"],
-            ),
-            ("bytes added to a store in use", ob["shared_ratio_100_10"]),
-        ]
-        for what, r in ratios:
-            if r is not None:
-                out.append(
-                    f"| 100-turn run / 10-turn run ({what}) | ≤ 12 | {r:.1f} | "
-                    f"{'yes' if r <= 12 else 'no'} |"
-                )
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -725,11 +357,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold", type=int, default=5, help="cold-start samples (default 5)")
     ap.add_argument("--quick", action="store_true", help="3 rounds × 3 runs, 3 cold starts")
     ap.add_argument("--stored", type=int, default=100_000, help="runs stored for the scale test")
-    ap.add_argument("--concurrent", type=int, default=1000, help="concurrent runs (scale test)")
+    ap.add_argument("--concurrent", type=int, default=10_000, help="concurrent runs (scale test)")
     ap.add_argument(
         "--out",
         default=str(HERE / "results"),
         help="output stem: writes STEM.md and STEM.json (default bench/results)",
+    )
+    ap.add_argument(
+        "--pg",
+        default=os.environ.get("OARLOCK_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test"),
+        help="PostgreSQL server for the 2b rows (a database of each framework's is made and "
+        "dropped); '' to leave them out",
     )
     ap.add_argument(
         "--oarlock-python",
@@ -744,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     md = markdown(res)
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".md").write_text(md)
+    md_path = stem.with_suffix(".md")
+    if md_path.exists():  # the other benchmarks' sections, below the marker, are kept
+        old = md_path.read_text()
+        if KEPT in old:
+            md += "\n" + old[old.index(KEPT) :]
+    md_path.write_text(md)
     stem.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
     print(md)
     log(f"wrote {stem.with_suffix('.md')} and {stem.with_suffix('.json')}")

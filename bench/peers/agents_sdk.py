@@ -42,6 +42,12 @@ async def echo(text: str) -> str:
     return text
 
 
+@function_tool(name_override="echo")
+def echo_sync(text: str) -> str:
+    """Return the text."""
+    return text
+
+
 @function_tool(needs_approval=True)
 async def pay(amount: float) -> str:
     """Pay an amount (needs approval)."""
@@ -110,9 +116,12 @@ class CannedModel(Model):
         raise NotImplementedError
 
 
-def agent_for(tool_turns: int, final_call: str | None = None) -> Agent:
+def agent_for(tool_turns: int, final_call: str | None = None, sync: bool = False) -> Agent:
     return Agent(
-        name="bench", instructions="", model=CannedModel(tool_turns, final_call), tools=[echo, pay]
+        name="bench",
+        instructions="",
+        model=CannedModel(tool_turns, final_call),
+        tools=[echo_sync if sync else echo, pay],
     )
 
 
@@ -125,8 +134,8 @@ async def one_run(agent: Agent) -> float:
     return elapsed
 
 
-async def per_turn(rounds: int, runs: int) -> list[float]:
-    agent = agent_for(TOOL_TURNS)
+async def per_turn(rounds: int, runs: int, sync: bool = False) -> list[float]:
+    agent = agent_for(TOOL_TURNS, sync=sync)
     for _ in range(3):
         await one_run(agent)
     return [
@@ -156,6 +165,7 @@ async def resume_once(path: Path) -> float:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"framework": "openai-agents", "version": version("openai-agents")}
     note = "RunState.to_string() in a JSON file; read + from_string + approve + Runner.run"
+    out["memory_sync_tool_per_turn_s"] = await per_turn(args.rounds, args.runs, sync=True)
     return await memory_and_resume(out, args, per_turn, resume_once, note)
 
 

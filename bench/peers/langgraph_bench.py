@@ -14,6 +14,7 @@ file, compiles the agent and invokes ``Command(resume="approved")``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sqlite3
 import statistics
 import sys
@@ -29,10 +30,11 @@ from _common import (
     MODEL_TURNS,
     SHARED_RUNS,
     TOOL_TURNS,
+    arguments,
     checkpointed_size,
+    emit,
     quiet,
     row_bytes,
-    run_script,
 )
 
 REAL_STDOUT = quiet()
@@ -42,6 +44,8 @@ from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E4
 from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
+from langgraph.checkpoint.postgres import PostgresSaver  # noqa: E402
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver  # noqa: E402
 from langgraph.prebuilt import create_react_agent  # noqa: E402
@@ -127,13 +131,14 @@ def graph_for(
     checkpointer: Any = None,
     *,
     sync: bool = False,
+    sync_tool: bool = False,
     tool_turns: int = TOOL_TURNS,
     final_call: str | None = None,
 ) -> Any:
-    model = CannedChat(
-        tool_turns=tool_turns, final_call=final_call, tool_name="echo_sync" if sync else "echo"
-    )
-    tools = [echo_sync if sync else echo, pay]
+    sync_tool = sync_tool or sync
+    name = "echo_sync" if sync_tool else "echo"
+    model = CannedChat(tool_turns=tool_turns, final_call=final_call, tool_name=name)
+    tools = [echo_sync if sync_tool else echo, pay]
     return create_react_agent(model, tools, checkpointer=checkpointer)
 
 
@@ -278,9 +283,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "framework": "langgraph",
         "version": version("langgraph"),
         "checkpoint_sqlite_version": version("langgraph-checkpoint-sqlite"),
+        "checkpoint_postgres_version": version("langgraph-checkpoint-postgres"),
         "langchain_core_version": version("langchain-core"),
     }
     out["memory_per_turn_s"] = await per_turn_async(graph_for(), False, args.rounds, args.runs)
+    out["memory_sync_tool_per_turn_s"] = await per_turn_async(
+        graph_for(sync_tool=True), False, args.rounds, args.runs
+    )
     out["memory_sync_per_turn_s"] = per_turn_sync(
         graph_for(sync=True), False, args.rounds, args.runs
     )
@@ -309,11 +318,31 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "invoke(Command(resume='approved')); tool calls interrupt()"
         )
         out["bytes"] = {str(n): stored_bytes(tmp, n) for n in (TOOL_TURNS, 100)}
+    if args.pg:
+        await postgres_rows(out, args)
     return out
 
 
+async def postgres_rows(out: dict[str, Any], args: argparse.Namespace) -> None:
+    """Per turn with LangGraph's own PostgreSQL checkpointers, durability="sync" (each
+    step's checkpoint committed, synchronous_commit on, before the next step)."""
+    async with AsyncPostgresSaver.from_conn_string(args.pg) as saver:
+        await saver.setup()
+        out["durable_pg_per_turn_s"] = await per_turn_async(
+            graph_for(saver), True, args.rounds, args.runs
+        )
+    with PostgresSaver.from_conn_string(args.pg) as sync_saver:
+        sync_saver.setup()
+        out["durable_pg_sync_per_turn_s"] = per_turn_sync(
+            graph_for(sync_saver, sync=True), True, args.rounds, args.runs
+        )
+
+
 def main() -> int:
-    return run_script(REAL_STDOUT, main_async)
+    ap = arguments()
+    ap.add_argument("--pg", metavar="URL", help="also measure the PostgreSQL checkpointers")
+    emit(REAL_STDOUT, asyncio.run(main_async(ap.parse_args())))
+    return 0
 
 
 if __name__ == "__main__":

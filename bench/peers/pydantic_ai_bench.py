@@ -51,15 +51,26 @@ def model_for(tool_turns: int, final_call: str | None = None) -> FunctionModel:
     return FunctionModel(respond)
 
 
-def agent_for(tool_turns: int, final_call: str | None = None) -> Agent[None, Any]:
+def agent_for(
+    tool_turns: int, final_call: str | None = None, sync: bool = False
+) -> Agent[None, Any]:
     agent: Agent[None, Any] = Agent(
         model_for(tool_turns, final_call), output_type=[str, DeferredToolRequests]
     )
 
-    @agent.tool_plain
-    async def echo(text: str) -> str:
-        """Return the text."""
-        return text
+    if sync:
+
+        @agent.tool_plain
+        def echo(text: str) -> str:
+            """Return the text."""
+            return text
+
+    else:
+
+        @agent.tool_plain
+        async def echo(text: str) -> str:  # type: ignore[misc]
+            """Return the text."""
+            return text
 
     @agent.tool_plain(requires_approval=True)
     async def pay(amount: float) -> str:
@@ -78,8 +89,8 @@ async def one_run(agent: Agent[None, Any]) -> float:
     return elapsed
 
 
-async def per_turn(rounds: int, runs: int) -> list[float]:
-    agent = agent_for(TOOL_TURNS)
+async def per_turn(rounds: int, runs: int, sync: bool = False) -> list[float]:
+    agent = agent_for(TOOL_TURNS, sync=sync)
     for _ in range(3):
         await one_run(agent)
     return [
@@ -119,6 +130,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "message history JSON file; read + validate_json + "
         "agent.run(deferred_tool_results=approved)"
     )
+    out["memory_sync_tool_per_turn_s"] = await per_turn(args.rounds, args.runs, sync=True)
     return await memory_and_resume(out, args, per_turn, resume_once, note)
 
 

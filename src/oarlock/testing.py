@@ -1,25 +1,29 @@
-"""Fakes for tests, shipped for users: the scripted model, the in-memory stores, and store
-wrappers that validate every run document, invocation and receipt before it is written."""
+"""Fakes for tests, shipped for users: the scripted and function models, the in-memory
+stores, and store wrappers that validate every run document, invocation and receipt before
+it is written."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from oarlock.errors import DocumentInvalid
-from oarlock.formats._codec import dump
+from oarlock.formats._codec import dump, dump_run_json
 from oarlock.formats._models import RunDocument
 from oarlock.formats._report import Kind
 from oarlock.formats._validate import validate
 from oarlock.governance._ledger import Checkpoint, LedgerEntry
 from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
 from oarlock.governance._store import ClaimHeld, GovernanceStore, MemoryGovernanceStore
+from oarlock.models._function import FunctionModel
 from oarlock.models._scripted import ScriptedModel
 from oarlock.store._base import Event, RunStore, RunSummary, StoredRun
 from oarlock.store._memory import MemoryStore
 from oarlock.store._queue import Lease, RunQueue, WorkerInfo
 
 __all__ = [
+    "FunctionModel",
     "MemoryGovernanceStore",
     "MemoryStore",
     "ScriptedModel",
@@ -44,9 +48,15 @@ class ValidatingStore:
         self.writes = 0
 
     def _check(self, document: RunDocument) -> None:
-        report = validate(dump(document), "run")
+        whole = dump(document)
+        report = validate(whole, "run")
         if not report.valid:
             raise DocumentInvalid(report)
+        if json.loads(dump_run_json(document)) != whole:
+            raise AssertionError(
+                f"run {document.id}: a message was changed after it was committed (the "
+                "stores write each message's JSON once; see formats._codec.dump_run_json)"
+            )
         self.writes += 1
 
     async def create(

@@ -1,9 +1,17 @@
 """The example agent files load, and the MCP example runs its real server: reads go
-through, a write waits for a human, and every call leaves a receipt naming the server."""
+through, a write waits for a human, and every call leaves a receipt naming the server. The
+bank support example runs as a script, offline and on a model its variable names, and
+leaves a run whose document is valid."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +94,104 @@ async def test_the_mcp_example_runs_its_server_through_the_executor(
     ]
     assert {r.invocation["mcpServerId"] for r in receipts} == {"notes"}
     assert len(agent.tools) == 0  # the server's tools left with it
+
+
+# -- examples/bank_support.py ---------------------------------------------------------------
+
+BANK_SUPPORT = EXAMPLES.parent / "bank_support.py"
+BALANCE_ADVICE = "Hello John, your balance, pending transactions included, is $123.45."
+BLOCK_ADVICE = "John, your card is blocked; a new one is on its way."
+
+
+def _python(tmp: Path, *argv: str, env: dict[str, str] | None = None) -> str:
+    """``python ARGV`` in ``tmp``, which must succeed; what it printed."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OARLOCK_", "BANK_"))}
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=tmp, env={**clean, **(env or {})}, capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    return done.stdout
+
+
+def _bank_support(tmp: Path, env: dict[str, str] | None = None) -> tuple[list[str], str]:
+    """Run the example on a database in ``tmp``: the lines it printed, and its run's id."""
+    lines = _python(tmp, str(BANK_SUPPORT), str(tmp / "bank.db"), env=env).splitlines()
+    assert len(lines) == 5, lines
+    assert lines[1] == "block_card waits for a decision"
+    assert lines[3] == "blocked cards: [123]"
+    found = re.fullmatch(r"run ([0-9a-f-]{36}): completed", lines[4])
+    assert found is not None, lines[4]
+    return lines, found.group(1)
+
+
+def _exported_and_valid(tmp: Path, run_id: str) -> dict[str, Any]:
+    """The run's document as ``oarlock runs export`` gives it, after ``oarlock validate``
+    has found it valid."""
+    text = _python(tmp, "-m", "oarlock.cli", "--db", str(tmp / "bank.db"), "runs", "export",
+                   run_id[:8])  # fmt: skip
+    (tmp / "run.json").write_text(text)
+    checked = _python(tmp, "-m", "oarlock.cli", "validate", str(tmp / "run.json"))
+    assert checked.strip().endswith("1 valid, 0 invalid"), checked
+    assert "DatabaseConn" not in text and "customer_id" not in text  # deps are not stored
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+def test_the_bank_support_example_runs_offline_and_leaves_a_valid_run(tmp_path: Path) -> None:
+    lines, run_id = _bank_support(tmp_path)
+    assert lines[0] == f"support_advice={BALANCE_ADVICE!r} block_card=False risk=1"
+    assert lines[2] == f"support_advice={BLOCK_ADVICE!r} block_card=True risk=8"
+    doc = _exported_and_valid(tmp_path, run_id)
+    assert (doc["status"], doc["turns"], doc["model"]) == ("completed", 4, "scripted:bank-support")
+    assert json.loads(doc["result"]) == {
+        "support_advice": BLOCK_ADVICE, "block_card": True, "risk": 8,
+    }  # fmt: skip
+    [decision] = doc["decisions"]
+    assert (decision["toolName"], decision["decision"], decision["principal"]) == (
+        "block_card", "approved", "teller:ana",
+    )  # fmt: skip
+    users = [
+        part["text"]
+        for m in doc["messages"]
+        if m["role"] == "user"
+        for part in m["content"]
+        if part["type"] == "text"
+    ]
+    assert users == ["What is my balance?", "I just lost my card!"]
+
+
+def test_the_bank_support_example_runs_on_the_model_its_variable_names(tmp_path: Path) -> None:
+    from tests.integration import openai_wire as ow
+
+    def answer(advice: str, block: bool, risk: int) -> ow.Reply:
+        arguments = {"support_advice": advice, "block_card": block, "risk": risk}
+        return ow.Reply(
+            body=ow.chat_completion(None, [("c_final", "final_result", json.dumps(arguments))])
+        )
+
+    with ow.FakeOpenAI() as server:
+        server.reply(
+            ow.Reply(
+                body=ow.chat_completion(
+                    None, [("c_bal", "customer_balance", '{"include_pending": false}')]
+                )
+            ),
+            answer("John, you have $100.00.", False, 1),
+            ow.Reply(body=ow.chat_completion("Blocking it.", [("c_block", "block_card", "{}")])),
+            answer("John, your card is blocked.", True, 9),
+        )
+        model = f"openai-compatible:bank-model@{server.base_url}"
+        lines, run_id = _bank_support(tmp_path, {"BANK_SUPPORT_MODEL": model})
+        bodies = server.bodies()
+    assert lines[0] == "support_advice='John, you have $100.00.' block_card=False risk=1"
+    assert lines[2] == "support_advice='John, your card is blocked.' block_card=True risk=9"
+    assert len(bodies) == 4
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in bodies[0]["tools"]}
+    assert set(tools) == {"customer_balance", "block_card", "final_result"}
+    assert set(tools["customer_balance"]["properties"]) == {"include_pending"}  # no ctx
+    results = [m for m in bodies[1]["messages"] if m["role"] == "tool"]
+    assert "John: $100.00" in results[0]["content"]
+    doc = _exported_and_valid(tmp_path, run_id)
+    assert (doc["model"], doc["turns"]) == (model, 4)
+    assert doc["usage"]["inputTokens"] == 4 * 19

@@ -38,6 +38,10 @@ def test_the_scale_benchmark_seeds_lists_and_runs_concurrently(tmp_path: Path) -
     assert result["listing"]["waiting_found"] == 3  # one run in a hundred waits
     for kind in ("concurrent_memory", "concurrent_sqlite"):
         assert result[kind]["runs"] == 5 and result[kind]["wall_s"] > 0
+        assert result[kind]["cpu_s"] > 0
+    for kind in ("waiting_memory", "waiting_sqlite"):
+        assert result[kind]["runs"] == 5
+        assert result[kind]["rss_waiting_bytes"] >= result[kind]["rss_before_bytes"] > 0
 
 
 def test_the_governance_benchmark_measures_every_case(tmp_path: Path) -> None:
@@ -67,3 +71,31 @@ def test_the_telemetry_benchmark_measures_off_and_on(tmp_path: Path) -> None:
     # on records 6 spans a run (1 drive, 3 model requests, 2 tool calls), one run a store
     assert result["telemetry on: recorded"]["spans_exported"] == 6 * 2 * 1
     assert result["telemetry on: recorded"]["metrics"] >= 5
+
+
+def test_the_oarlock_side_of_the_peer_suite_measures_every_row_and_counts_its_commits(
+    tmp_path: Path,
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "peers" / "oarlock_bench.py"), "--rounds", "1", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    for where in ("memory", "durable"):
+        for kind in ("", "_sync_tool", "_history", "_history_sync_tool"):
+            assert len(result[f"{where}{kind}_per_turn_s"]) == 1, (where, kind)
+    # the runner's flush rule, as the floor in bench/results.md counts it
+    assert result["commits_per_run"]["FULL"] == 11
+    assert result["commits_per_run"]["NORMAL"] > 11
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(BENCH))
+    floor = report._floor({"raw": {"oarlock": result}})
+    assert floor is not None and floor["flushes"] == 11 and floor["per_turn"] > 0

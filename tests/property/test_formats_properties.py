@@ -39,6 +39,7 @@ from oarlock.formats import (
     parse_run,
     validate,
 )
+from oarlock.formats._codec import dump_run_json
 
 HEAVY = settings(
     max_examples=200,
@@ -451,6 +452,12 @@ def test_valid_run_documents_round_trip(doc):
     out = dump_run(model)
     assert same_json(out, doc)
     assert same_json(json.loads(dump_json(model)), doc)
+    assert same_json(json.loads(dump_run_json(model)), doc)  # each message dumped anew
+    if model.messages:  # and again, with the earlier messages cached
+        model.messages.append(model.messages[0])
+        grown = [*doc["messages"], doc["messages"][0]]
+        assert same_json(json.loads(dump_run_json(model))["messages"], grown)
+        model.messages.pop()
     again = parse_run(json.dumps(doc, ensure_ascii=False))
     assert same_json(dump_run(again), doc)
     assert digest(out) == digest(doc)

@@ -250,6 +250,7 @@ MODELS_ALL = [
     "DEFAULT_PRICES",
     "AnthropicModel",
     "Divergence",
+    "FunctionModel",
     "ModelAdapter",
     "ModelRequest",
     "ModelResponse",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -166,6 +166,9 @@ class RunDocument(_Open):
     # extension: the approvals once settled, in the order they were decided (the pending
     # list is cleared when the run moves on; the history stays with the document)
     decisions: list[PendingApproval] = Field(default_factory=list)
+    # the JSON of each message as last dumped, with the message it was made from (see
+    # _codec.dump_run_json): not part of the document
+    _message_json: list[tuple[object, bytes]] = PrivateAttr(default_factory=list)
 
 
 class ExecutionScope(_Closed):

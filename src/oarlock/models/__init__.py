@@ -1,4 +1,4 @@
-"""Model adapters: the protocol, model strings, the scripted and replay models, the
+"""Model adapters: the protocol, model strings, the scripted, function and replay models, the
 provider adapters (loaded on first use: importing oarlock imports no provider SDK), and
 pricing."""
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from oarlock._lazy import lazy_exports
 from oarlock.models._base import ModelAdapter, ModelRequest, ModelResponse
+from oarlock.models._function import FunctionModel
 from oarlock.models._pricing import DEFAULT_PRICES, Price, PricingTable
 from oarlock.models._registry import model_for
 from oarlock.models._replay import Divergence, ReplayModel
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_PRICES",
     "AnthropicModel",
     "Divergence",
+    "FunctionModel",
     "ModelAdapter",
     "ModelRequest",
     "ModelResponse",

@@ -24,7 +24,7 @@ from oarlock.errors import ConfigError, FormatError, ModelError, RetryableModelE
 from oarlock.formats._models import AssistantMessage, TextPart, ToolCallPart
 from oarlock.models._base import ModelRequest, ModelResponse, assistant_message, call_part
 
-__all__ = ["ScriptedModel"]
+__all__ = ["ScriptedModel", "check_turn", "turn_message", "turn_usage"]
 
 
 _TURN = ("text", "tool_calls", "usage", "fail")
@@ -50,7 +50,7 @@ class ScriptedModel:
             problems.add(f"turns: must be a list of turns, got {describe(turns)}")
         else:
             for i, turn in enumerate(turns):
-                _check_turn(turn, f"turns[{i}]", problems)
+                check_turn(turn, f"turns[{i}]", problems)
         if problems:
             raise problems.error(source or "script")
         self.turns = turns
@@ -96,7 +96,7 @@ class ScriptedModel:
             )
         turn = self.turns[index]
         self._fail_if_scripted(index, turn.get("fail") or [])
-        return ModelResponse(_message(index, turn), *_usage(turn))
+        return ModelResponse(turn_message(index, turn), *turn_usage(turn))
 
     def _fail_if_scripted(self, index: int, failures: list[dict[str, Any]]) -> None:
         done = self._failures.get(index, 0)
@@ -112,7 +112,7 @@ class ScriptedModel:
         )
 
 
-def _check_turn(turn: Any, where: str, problems: Problems) -> None:
+def check_turn(turn: Any, where: str, problems: Problems) -> None:
     spec = problems.check(need_mapping, turn, where)
     if spec is None:
         return
@@ -177,7 +177,7 @@ def _check_failure(failure: Any, where: str, problems: Problems) -> None:
         problems.check(need_text, spec["message"], at(where, "message"))
 
 
-def _usage(turn: dict[str, Any]) -> tuple[int, int, int]:
+def turn_usage(turn: dict[str, Any]) -> tuple[int, int, int]:
     u = turn.get("usage") or {}
     return (
         int(u.get("input_tokens", 0)),
@@ -186,7 +186,7 @@ def _usage(turn: dict[str, Any]) -> tuple[int, int, int]:
     )
 
 
-def _message(index: int, turn: dict[str, Any]) -> AssistantMessage:
+def turn_message(index: int, turn: dict[str, Any]) -> AssistantMessage:
     parts: list[TextPart | ToolCallPart] = []
     if turn.get("text"):
         parts.append(TextPart(type="text", text=str(turn["text"])))

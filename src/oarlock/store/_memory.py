@@ -81,10 +81,10 @@ class MemoryStore:
         queue: str = "default",
         flush: bool = True,
     ) -> int:
-        from oarlock.formats._codec import dump_json
+        from oarlock.formats._codec import dump_run_json
 
         run_id = document.id
-        raw, rows = dump_json(document), event_rows(run_id, events)
+        raw, rows = dump_run_json(document), event_rows(run_id, events)
         with self.lock:
             if run_id in self._runs:
                 raise ConflictError(f"run {run_id} already exists")
@@ -125,10 +125,10 @@ class MemoryStore:
         lease: Lease | None = None,
         flush: bool = True,
     ) -> int:
-        from oarlock.formats._codec import dump_json
+        from oarlock.formats._codec import dump_run_json
 
         run_id = document.id
-        raw, rows = dump_json(document), event_rows(run_id, events)
+        raw, rows = dump_run_json(document), event_rows(run_id, events)
         due = approval_due(document)
         with self.lock:
             run = self._runs.get(run_id)

@@ -87,7 +87,7 @@ def _event_columns(run_id: str, events: list[Event]) -> dict[str, list[str]]:
 
 
 def _columns(document: RunDocument) -> dict[str, Any]:
-    from oarlock.formats._codec import dump_json
+    from oarlock.formats._codec import dump_run_json
 
     return {
         "id": document.id,
@@ -97,7 +97,7 @@ def _columns(document: RunDocument) -> dict[str, Any]:
         "tags": json.dumps(document.tags or {}, separators=(",", ":")),
         "created_at": document.created_at,
         "updated_at": document.updated_at,
-        "document": dump_json(document),
+        "document": dump_run_json(document),
     }
 
 

@@ -213,9 +213,9 @@ def _compact(value: Any) -> str:
 def _columns(document: RunDocument) -> dict[str, Any]:
     """The columns of ``runs``: the document (compressed at rest), and what is copied out
     of it."""
-    from oarlock.formats._codec import dump_json
+    from oarlock.formats._codec import dump_run_json
 
-    data = dump_json(document)
+    data = dump_run_json(document)
     if document.status != "running":
         import zlib
 
