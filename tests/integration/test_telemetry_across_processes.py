@@ -16,6 +16,7 @@ import pytest
 from telemetry_driver import metrics_json, providers, span_json
 
 import oarlock.demo
+from oarlock import validate
 from oarlock.cli import main
 from oarlock.engine import Runner
 from oarlock.engine._agentfile import load_agent
@@ -207,7 +208,10 @@ def test_the_span_tree_from_the_event_log_matches_the_trace(
                   for e in asyncio.run(store.events(run_id))]  # fmt: skip
     finally:
         store.close_now()
-    trace_id, roots = span_tree(dump(stored), events)
+    exported = dump(stored)
+    assert set(exported["traceContext"]) == {"traceparent"}  # an extension member ...
+    assert validate(exported).valid  # ... that the run format accepts
+    trace_id, roots = span_tree(exported, events)
     assert trace_id == spans[0]["traceId"]
     [root] = roots
     ids = {s["spanId"]: s["name"] for s in spans}
