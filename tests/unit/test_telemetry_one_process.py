@@ -5,6 +5,7 @@ default, and the span tree drawn from event logs that are old or hostile."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,32 @@ async def test_retries_are_events_of_the_chat_span_and_a_failed_request_an_error
     durations = [r for r in rec.metrics() if r["name"] == "gen_ai.client.operation.duration"]
     assert [r["attributes"].get("error.type") for r in durations] == ["auth"]
     assert not any("sk-proj" in str(s) for s in rec.spans())
+
+
+def test_a_global_provider_set_after_the_observer_was_made_is_seen() -> None:
+    code = """
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from oarlock.engine._core import new_run
+from oarlock.telemetry import default_observer
+observer = default_observer()
+doc, events = new_run(run_id="r", agent="a", model="x:m", input="go", now="2026-01-01T00:00:00Z")
+assert observer.drive(doc) is None
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+observer.committed(doc, events)
+data = reader.get_metrics_data()
+names = [m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics]
+assert names == ["oarlock.runs.started"], names
+watch = observer.drive(doc)
+assert watch is not None and watch.span_id is None  # metrics only: no span recorded
+trace.set_tracer_provider(TracerProvider())
+watch = observer.drive(doc)
+assert watch is not None and watch.span_id is not None and "traceContext" in doc.model_extra
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -89,7 +89,6 @@ class _Drive:
     started_us: int
     watch: DriveWatch | None
 
-
     def call(self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any]) -> CallWatch | None:
         return None if self.watch is None else self.watch.call(tool, call, arguments)
 

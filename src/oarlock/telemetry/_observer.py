@@ -69,6 +69,8 @@ def _tracing_on(provider: TracerProvider | None) -> bool:
 def _metrics_on(provider: MeterProvider | None) -> bool:
     """Whether measurements may be recorded: an SDK's provider, not the API's stand-ins
     (the global one is a proxy until a provider is set)."""
+    if provider is None and _GLOBALS_READABLE and metrics_internal._METER_PROVIDER is None:
+        return False
     chosen = provider if provider is not None else metrics.get_meter_provider()
     if isinstance(chosen, metrics.NoOpMeterProvider):
         return False
