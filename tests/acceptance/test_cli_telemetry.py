@@ -89,3 +89,20 @@ def test_content_is_captured_when_the_standard_variable_asks(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert '"gen_ai.input.messages": "[{\\"role\\":\\"user\\"' in done.stdout
     assert '"gen_ai.tool.call.result": ' in done.stdout and "ceramic teapot" in done.stdout
+
+
+def test_otel_without_the_exporter_installed_says_what_to_install(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    assert oarlock("--db", db, "demo", "--yes").returncode == 0
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry.exporter.otlp.proto.http.trace_exporter'] = None\n"
+        "from oarlock.cli import main\n"
+        f"sys.exit(main(['--db', {db!r}, '--otel', 'runs', 'list']))\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False, env=clean)  # fmt: skip
+    assert done.returncode == 1
+    said = "oarlock: the OTLP exporter is not installed: pip install 'oarlock[otel]'\n"
+    assert done.stderr == said
