@@ -66,7 +66,7 @@ from oarlock.governance._policy import (
     PolicyRequest,
     PolicyVerdict,
 )
-from oarlock.governance._records import Approval, Claim, run_uuid, step_uuid
+from oarlock.governance._records import Approval, CallOutcome, Claim, run_uuid, step_uuid
 from oarlock.governance._sandboxed import SandboxPlan, SandboxRefused, plan_sandbox
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
@@ -85,14 +85,8 @@ if TYPE_CHECKING:
     from oarlock.sandbox._runner import SandboxRunner
     from oarlock.store._queue import Lease
 
-__all__ = [
-    "NO_APPROVAL",
-    "CallContext",
-    "CallOutcome",
-    "GovernedExecutor",
-    "Review",
-    "json_arguments",
-]
+__all__ = ["NO_APPROVAL", "CallContext", "CallOutcome", "GovernedExecutor", "Review",
+           "json_arguments"]  # fmt: skip
 
 _SAFE = frozenset({"read", "sandbox"})
 NO_APPROVAL = "00000000-0000-0000-0000-000000000000"
@@ -115,23 +109,6 @@ class CallContext:
     @property
     def tenant(self) -> str:
         return str(self.scope["tenantId"])
-
-
-@dataclass(frozen=True, slots=True)
-class CallOutcome:
-    """How a call ended, as its observers are told: the invocation record it was given
-    (with its policy decision, key and approval), the receipt it ends with, and whether
-    that receipt is an earlier one replayed (the call was not run again)."""
-
-    run_id: str
-    call_id: str
-    invocation: Mapping[str, Any]
-    receipt: Mapping[str, Any]
-    replayed: bool = False
-
-    @property
-    def status(self) -> str:
-        return str(self.receipt.get("status", ""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,9 @@ own, each tagged with a versioned ``type`` so that a reader refuses one it does 
   statements form one line: each after the first supersedes the one before). Records of
   ``oarlock-reconciliation/1`` (without ``supersedes``) are still read.
 * :class:`Claim`: the idempotency claim on (tenant, tool, key), taken before a tool runs.
+
+And :class:`CallOutcome`, kept nowhere: how a call ended, as the executor's observers are
+told.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = [
     "APPROVAL_TYPE",
     "RECONCILIATION_TYPE",
     "Approval",
+    "CallOutcome",
     "Claim",
     "Reconciliation",
     "StoredReceipt",
@@ -253,3 +257,20 @@ class StoredReceipt:
     @property
     def invocation_id(self) -> str:
         return str(self.receipt["invocationId"])
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """How a call ended, as the executor's observers are told: the invocation record it
+    was given (with its policy decision, key and approval), the receipt it ends with, and
+    whether that receipt is an earlier one replayed (the call was not run again)."""
+
+    run_id: str
+    call_id: str
+    invocation: Mapping[str, Any]
+    receipt: Mapping[str, Any]
+    replayed: bool = False
+
+    @property
+    def status(self) -> str:
+        return str(self.receipt.get("status", ""))
