@@ -212,6 +212,22 @@ def test_the_span_tree_of_a_hostile_event_log_is_drawn_escaped_and_never_raises(
     assert chat.detail == ""  # a token count that is not one is not shown
 
 
+def test_a_wait_not_decided_yet_lasts_until_now() -> None:
+    doc = {"id": "r1", "agent": "desk", "model": "scripted:m"}
+    events = [
+        {"seq": 1, "kind": "model_responded", "at": "2026-01-01T00:00:01Z", "data": {}},
+        {"seq": 2, "kind": "approval_requested", "at": "2026-01-01T00:00:02Z",
+         "data": {"toolCallId": "c1", "toolName": "pay"}},
+        {"seq": 3, "kind": "status_changed", "at": "2026-01-01T00:00:02Z",
+         "data": {"from": "running", "to": "waiting_approval"}},
+    ]  # fmt: skip
+    now = 1767225602 * 1e6 + 90 * 1e6  # 2026-01-01T00:00:02Z and a minute and a half
+    _, [root] = span_tree(doc, events, now_us=now)
+    [wait] = [c for c in root.children if c.name == "await_approval pay"]
+    assert (wait.status, wait.detail, wait.duration_ms) == ("open", "waiting, so far", 90_000.0)
+    assert "await_approval pay  1m 30s  open: waiting, so far" in render_tree("r1", None, [root])[3]
+
+
 def test_the_span_tree_of_a_run_from_before_the_span_member_is_drawn_from_times() -> None:
     doc = {"id": "r1", "agent": "desk", "model": "scripted:m"}
     events = [

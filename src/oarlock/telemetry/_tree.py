@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,20 +45,6 @@ class SpanNode:
     detail: str = ""
     span_id: str | None = None
     children: list[SpanNode] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "status": self.status}
-        for key, value in (
-            ("startUs", self.start),
-            ("endUs", self.end),
-            ("durationMs", self.duration_ms),
-            ("detail", self.detail or None),
-            ("spanId", self.span_id),
-        ):
-            if value is not None:
-                out[key] = value
-        out["children"] = [c.as_json() for c in self.children]
-        return out
 
 
 def _text(value: object) -> str | None:
@@ -205,7 +192,10 @@ class _Builder:
         if principal:
             node.detail += f" ({principal})"
 
-    def finish(self) -> list[SpanNode]:
+    def finish(self, now_us: float) -> list[SpanNode]:
+        for wait in self.waits.values():  # not decided yet: how long so far
+            wait.duration_ms = _between_ms(wait.start, now_us)
+            wait.detail = "waiting, so far"
         for node in self.drives.values():
             if node.duration_ms is None:
                 node.duration_ms = _between_ms(node.start, node.end)
@@ -215,11 +205,12 @@ class _Builder:
 
 
 def span_tree(
-    doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]]
+    doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now_us: float | None = None
 ) -> tuple[str | None, list[SpanNode]]:
     """The run's trace id (None when it was never traced) and its span tree, drawn from
     the document (as exported: camelCase members) and its events (``seq``, ``kind``,
-    ``at``, ``data``)."""
+    ``at``, ``data``); a wait for a decision still open lasts until ``now_us`` (default:
+    now)."""
     build = _Builder(doc)
     for i, event in enumerate(events):
         data = event.get("data")
@@ -235,7 +226,8 @@ def span_tree(
             build.requested(at, data)
         elif kind in ("approval_decided", "user_message"):
             build.decided(at, data)
-    return trace_id_of(doc), build.finish()
+    now = time.time() * 1e6 if now_us is None else now_us
+    return trace_id_of(doc), build.finish(now)
 
 
 def _duration(ms: float | None) -> str:
