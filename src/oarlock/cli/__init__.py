@@ -140,7 +140,8 @@ def _telemetry_options(p: argparse.ArgumentParser, default: Any) -> None:
         "--log-format",
         choices=["text", "json"],
         default=default,
-        help="json: log lines on standard error as JSON, with run, trace and span ids",
+        help="json: log lines on standard error as JSON, with run, trace and span ids "
+        "(text, the default: the command's own output only)",
     )
 
 
