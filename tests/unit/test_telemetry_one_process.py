@@ -129,6 +129,19 @@ async def test_an_idempotent_replay_is_marked_and_counted() -> None:
     assert [c.detail for c in replayed] == ["Succeeded (replayed)"]
 
 
+async def test_a_run_cancelled_while_waiting_awaits_no_approval_any_more() -> None:
+    rec, store = Recorded(), MemoryStore()
+    runner = _runner(rec, store, ("c1", "charge"), ("c2", "wire"))
+    doc = await runner.start("go")
+    assert len(doc.pending_approvals) == 2
+    await runner.cancel(doc.id, "not today")
+    rows = rec.metrics()
+    pending = [r["value"] for r in rows if r["name"] == "oarlock.approvals.pending"]
+    finished = [(r["attributes"]["oarlock.run.status"], r["value"])
+                for r in rows if r["name"] == "oarlock.runs.finished"]  # fmt: skip
+    assert pending == [0] and finished == [("cancelled", 1)]
+
+
 async def test_an_expired_approval_is_a_wait_span_and_counted() -> None:
     rec, store = Recorded(), MemoryStore()
     times = iter(["2026-01-01T00:00:00.000000Z"] * 40 + ["2026-01-01T00:05:00.000000Z"] * 40)

@@ -344,7 +344,7 @@ class Runner(Conversations, Decisions):
 
     async def cancel(self, run_id: str, reason: str | None = None) -> RunDocument:
         return await cancel_run(
-            self.store, run_id, reason, clock=self.clock, on_commit=self.on_commit
+            self.store, run_id, reason, clock=self.clock, on_commit=self._told
         )
 
     # -- internals --------------------------------------------------------------------
@@ -542,7 +542,7 @@ class Runner(Conversations, Decisions):
                 self.store,
                 run_id,
                 lambda d: core.cancel(d, self.clock(), "cancelled while running"),
-                on_commit=self.on_commit,
+                on_commit=self._told,
                 lease=fence,
             )
 

@@ -211,6 +211,10 @@ class Telemetry:
                 status = str(ev.data.get("to"))
                 attrs = {"gen_ai.agent.name": doc.agent, "oarlock.run.status": status}
                 inst.runs_finished.add(1, attrs)
+                if ev.data.get("from") == "waiting_approval":  # cancelled while waiting
+                    undecided = sum(1 for a in doc.pending_approvals if a.decision is None)
+                    if undecided:
+                        inst.approvals_pending.add(-undecided, {"gen_ai.agent.name": doc.agent})
 
     def reconciled(self, tool: str) -> None:
         """An operator reconciled an Uncertain receipt of ``tool``: one fewer outstanding."""
