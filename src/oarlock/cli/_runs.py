@@ -533,8 +533,9 @@ async def _retry(args: argparse.Namespace, store: RunStore) -> int:
 
 async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
     from oarlock.engine._runner import cancel_run
+    from oarlock.telemetry._setup import default_observer
 
-    doc = await cancel_run(store, args.run_id, args.reason)
+    doc = await cancel_run(store, args.run_id, args.reason, on_commit=default_observer().committed)
     print(f"run {line(doc.id)}: cancelled")
     return EXIT_OK
 

@@ -49,6 +49,16 @@ def _say(worker: str, event: WorkerEvent) -> None:
     print(text, flush=True)
 
 
+def _log(worker: str, event: WorkerEvent) -> None:
+    """What the worker did, as a log record (``--log-format json``: a JSON line)."""
+    import logging
+
+    level = logging.WARNING if event.kind in ("error", "failed", "lease_lost") else logging.INFO
+    logging.getLogger("oarlock.worker").log(
+        level, "%s: %s", event.kind, event.detail, extra={"run_id": event.run_id, "worker": worker}
+    )
+
+
 def _settings(args: argparse.Namespace) -> Any:
     from oarlock.worker import WorkerSettings
 
@@ -74,7 +84,8 @@ async def _work(args: argparse.Namespace) -> int:
     settings = _settings(args)  # a bad setting is refused before the database is opened
     store = open_store(args)
     try:
-        worker = Worker(store, settings, on_event=lambda e: _say(worker.owner, e))
+        tell = _log if getattr(args, "log_format", "text") == "json" else _say
+        worker = Worker(store, settings, on_event=lambda e: tell(worker.owner, e))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)

@@ -42,6 +42,9 @@ class JsonLogFormatter(logging.Formatter):
         run_id = getattr(record, "run_id", None) or RUN_ID.get()
         if isinstance(run_id, str):
             line["runId"] = run_id
+        worker = getattr(record, "worker", None)
+        if isinstance(worker, str):
+            line["worker"] = worker
         ctx = trace.get_current_span().get_span_context()
         if ctx.is_valid:
             line["traceId"] = format(ctx.trace_id, "032x")

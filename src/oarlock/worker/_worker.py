@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from oarlock.engine import _core as core
 from oarlock.engine._lease import release_dead
+from oarlock.engine._observe import RunObserver
 from oarlock.engine._runner import Runner, update_run
 from oarlock.errors import ConflictError, LeaseLost, OarlockError, UsageError
 from oarlock.formats._time import now_rfc3339
@@ -89,7 +90,8 @@ class _Drive:
 class Worker:
     """Drives the runs of ``store`` (a run store that is a run queue) as its ``settings``
     say; ``agents`` gives the agent of each agent name it knows (runs of other agents load
-    their agent file); ``on_event`` hears what it does."""
+    their agent file); ``on_event`` hears what it does; ``observer`` is told of its drives
+    and commits (by default :func:`oarlock.telemetry.default_observer`)."""
 
     def __init__(
         self,
@@ -99,6 +101,7 @@ class Worker:
         agents: Mapping[str, Agent] | None = None,
         owner: str | None = None,
         on_event: Callable[[WorkerEvent], None] | None = None,
+        observer: RunObserver | None = None,
     ) -> None:
         if not isinstance(store, RunQueue):
             raise UsageError("a worker needs a store that is a run queue (memory, SQLite)")
@@ -113,6 +116,11 @@ class Worker:
         self._stack = contextlib.AsyncExitStack()
         self._drives: dict[str, _Drive] = {}
         self._on_event = on_event
+        if observer is None:
+            from oarlock.telemetry._setup import default_observer
+
+            observer = default_observer()
+        self.observer: RunObserver = observer
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._sweeping: asyncio.Task[None] | None = None
@@ -287,6 +295,7 @@ class Worker:
             lease=lease,
             watch_interval=self.settings.poll,
             pause=lambda: self._stopping,
+            observer=self.observer,
         )
         try:
             return await runner.resume(lease.run_id)
@@ -314,7 +323,9 @@ class Worker:
             return core.fail(doc, message, now_rfc3339()) if doc.status == "running" else []
 
         try:
-            await update_run(self.store, lease.run_id, apply, lease=lease)
+            await update_run(
+                self.store, lease.run_id, apply, lease=lease, on_commit=self.observer.committed
+            )
         except LeaseLost:
             self._emit("lease_lost", lease.run_id, "another holds the run now")
             return
@@ -411,7 +422,7 @@ class Worker:
                     denied.append(len(events))
                     return events
 
-                await update_run(self.store, run_id, expire)
+                await update_run(self.store, run_id, expire, on_commit=self.observer.committed)
                 if denied and denied[-1]:
                     self._emit("expired", run_id, "approvals past their deadline denied")
         except OarlockError as exc:
