@@ -106,3 +106,20 @@ def test_otel_without_the_exporter_installed_says_what_to_install(tmp_path: Path
     assert done.returncode == 1
     said = "oarlock: the OTLP exporter is not installed: pip install 'oarlock[otel]'\n"
     assert done.stderr == said
+
+
+def test_runs_show_trace_on_postgresql(tmp_path: Path) -> None:
+    import pgtest
+
+    url = pgtest.new_database()
+    done = oarlock("--db", url, "demo", "--yes", env={"OTEL_TRACES_EXPORTER": "console",
+                                                      "OTEL_METRICS_EXPORTER": "none"})
+    assert done.returncode == 0, done.stderr
+    [listed] = json.loads(oarlock("--db", url, "runs", "list", "--json").stdout)
+    shown = oarlock("--db", url, "runs", "show", listed["id"], "--trace")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    trace_id = re.fullmatch(rf"run {listed['id']}  trace ([0-9a-f]{{32}})", lines[0])
+    assert trace_id is not None and f'"trace_id": "0x{trace_id.group(1)}"' in done.stdout
+    assert any("await_approval issue_refund" in line for line in lines)
+    assert lines[-1].startswith("   └─ chat refund-desk  ")
