@@ -77,8 +77,14 @@ def test_telemetry_set_up_wrongly_is_refused_naming_the_rule(tmp_path: Path) -> 
         env={"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "zipkin"},
     )  # fmt: skip
     assert disabled.returncode == 0, disabled.stderr
-    after = oarlock("--db", db, "runs", "list", "--otel", env={"OTEL_TRACES_EXPORTER": "none",
-                                                                "OTEL_METRICS_EXPORTER": "none"})
+    after = oarlock(
+        "--db",
+        db,
+        "runs",
+        "list",
+        "--otel",
+        env={"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
+    )
     assert after.returncode == 0, after.stderr
 
 
@@ -112,8 +118,13 @@ def test_runs_show_trace_on_postgresql(tmp_path: Path) -> None:
     import pgtest
 
     url = pgtest.new_database()
-    done = oarlock("--db", url, "demo", "--yes", env={"OTEL_TRACES_EXPORTER": "console",
-                                                      "OTEL_METRICS_EXPORTER": "none"})
+    done = oarlock(
+        "--db",
+        url,
+        "demo",
+        "--yes",
+        env={"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"},
+    )
     assert done.returncode == 0, done.stderr
     [listed] = json.loads(oarlock("--db", url, "runs", "list", "--json").stdout)
     shown = oarlock("--db", url, "runs", "show", listed["id"], "--trace")

@@ -56,8 +56,11 @@ def metrics_json(reader: InMemoryMetricReader) -> list[dict[str, Any]]:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
                 for point in metric.data.data_points:
-                    row: dict[str, Any] = {"name": metric.name, "unit": metric.unit,
-                                           "attributes": dict(point.attributes or {})}
+                    row: dict[str, Any] = {
+                        "name": metric.name,
+                        "unit": metric.unit,
+                        "attributes": dict(point.attributes or {}),
+                    }
                     if hasattr(point, "count"):
                         row["count"], row["sum"] = point.count, point.sum
                     else:

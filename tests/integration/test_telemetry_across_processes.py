@@ -227,8 +227,7 @@ def test_the_span_tree_from_the_event_log_matches_the_trace(
             assert ids[child.span_id] == child.name
     wait, resumed = root.children[4], root.children[5]
     assert wait.status == "ok" and wait.detail == "approved by human (ops:ana)"
-    assert [c.name for c in resumed.children] == [
-        "execute_tool issue_refund", "chat refund-desk"]
+    assert [c.name for c in resumed.children] == ["execute_tool issue_refund", "chat refund-desk"]
     assert resumed.children[0].detail == "Succeeded" and resumed.detail == "completed"
     assert all(c.duration_ms is not None and c.duration_ms >= 0 for c in root.children)
 

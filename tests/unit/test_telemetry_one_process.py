@@ -98,8 +98,7 @@ async def test_a_refused_call_and_an_unknown_outcome_are_span_errors_with_their_
     assert unknown["status"] == "ERROR" and unknown["description"] == "outcome_unknown"
     rows = rec.metrics()
     uncertain = [r for r in rows if r["name"] == "oarlock.receipts.uncertain"]
-    assert [(r["attributes"], r["value"]) for r in uncertain] == [
-        ({"gen_ai.tool.name": "wire"}, 1)]
+    assert [(r["attributes"], r["value"]) for r in uncertain] == [({"gen_ai.tool.name": "wire"}, 1)]
     rec.observer.reconciled("wire")  # as oarlock receipts reconcile tells it
     outstanding = [r for r in rec.metrics() if r["name"] == "oarlock.receipts.uncertain"]
     assert [r["value"] for r in outstanding] == [0]
@@ -256,7 +255,9 @@ def test_the_span_tree_of_a_run_from_before_the_span_member_is_drawn_from_times(
     assert root.status == "error" and root.detail == "failed"
     assert root.duration_ms == 2000.0
     assert [(c.name, c.status, c.detail) for c in root.children] == [
-        ("chat m", "ok", "3 in, 4 out tokens"), ("execute_tool lookup", "error", "not run")]
+        ("chat m", "ok", "3 in, 4 out tokens"),
+        ("execute_tool lookup", "error", "not run"),
+    ]
 
 
 def test_the_runner_event_loop_is_not_left_with_watches() -> None:
