@@ -141,7 +141,7 @@ async def test_a_run_cancelled_while_waiting_awaits_no_approval_any_more() -> No
     assert pending == [0] and finished == [("cancelled", 1)]
 
 
-async def test_an_expired_approval_is_a_wait_span_and_counted() -> None:
+async def test_an_expired_approval_is_a_wait_span_of_the_drive_that_moves_on_and_counted() -> None:
     rec, store = Recorded(), MemoryStore()
     times = iter(["2026-01-01T00:00:00.000000Z"] * 40 + ["2026-01-01T00:05:00.000000Z"] * 40)
     policy = RulePolicy.from_dict({"policy": "p", "approval_ttl": 60})
@@ -150,8 +150,12 @@ async def test_an_expired_approval_is_a_wait_span_and_counted() -> None:
     doc = await runner.start("go")
     while not runner.clock().startswith("2026-01-01T00:05"):
         pass
-    await runner.expire_approvals(doc.id)
+    await runner.expire_approvals(doc.id)  # as a worker's sweep does: no drive
+    assert rec.span("await_approval charge") == []
+    assert (await runner.resume(doc.id)).status == "completed"
     [wait] = rec.span("await_approval charge")
+    [first, resumed] = rec.span("invoke_agent desk")
+    assert wait["parentId"] == resumed["parentId"] == first["spanId"]
     assert wait["attributes"]["oarlock.approval.decision"] == "denied"
     assert wait["attributes"]["oarlock.approval.decided_by"] == "policy"
     assert wait["attributes"]["oarlock.approval.expired"] is True
@@ -160,6 +164,25 @@ async def test_an_expired_approval_is_a_wait_span_and_counted() -> None:
     assert [r["value"] for r in expired] == [1]
     waited = [r for r in rec.metrics() if r["name"] == "oarlock.approval.wait"]
     assert [(r["count"], r["sum"]) for r in waited] == [(1, 300.0)]
+
+
+async def test_a_wait_decided_where_nothing_is_traced_is_told_once_by_the_resume() -> None:
+    rec, store = Recorded(), MemoryStore()
+    traced = _runner(rec, store, ("c1", "charge"))
+    doc = await traced.start("go")
+    untraced = _runner(rec, store, ("c1", "charge"))
+    untraced.observer = Telemetry()  # no SDK in this process: records nothing
+    await untraced.decide(doc.id, "c1", "approved", principal="ops:bo")
+    assert rec.span("await_approval charge") == []
+    doc = await traced.resume(doc.id)
+    assert doc.status == "completed"
+    [wait] = rec.span("await_approval charge")
+    assert wait["attributes"]["oarlock.approval.principal"] == "ops:bo"
+    assert [(d.model_extra or {}).get("traced") for d in doc.decisions] == [True]
+    stored = dump((await store.load(doc.id)).document)
+    assert [d.get("traced") for d in stored["decisions"]] == [True]  # committed with it
+    await traced.continue_run(doc.id, "and again")  # a later drive tells it no more
+    assert len(rec.span("await_approval charge")) == 1
 
 
 @pytest.mark.parametrize(

@@ -133,6 +133,7 @@ class Telemetry:
         self.tracer = trace.get_tracer("oarlock", __version__, tracer_provider=tracer_provider)
         self.content = Content(capture_content, max_content_chars)
         self._instruments: Instruments | None = None
+        self._driving: dict[str, _Drive] = {}  # the drives under way, by run
         self._explicit = tracer_provider is not None or meter_provider is not None
         if os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"):  # the API loads them on first ask
             trace.get_tracer_provider()
@@ -189,7 +190,11 @@ class Telemetry:
                 carrier: dict[str, str] = {}
                 _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
                 setattr(doc, TRACE_MEMBER, carrier)
-        return _Drive(self, doc, span)
+            if doc.status == "running":  # the drive commits a step: the marks go with it
+                self._waits(doc, parent or trace.set_span_in_context(span))
+        drive = _Drive(self, doc, span)
+        self._driving[doc.id] = drive
+        return drive
 
     def committed(self, doc: RunDocument, events: Sequence[Event]) -> None:
         if not (self._on or self._enabled()):
@@ -240,7 +245,9 @@ class Telemetry:
             inst.cost.add(float(cost), attrs)
 
     def _decided(self, doc: RunDocument, ev: Event, inst: Instruments | None) -> None:
-        """The wait for a decision, as a span of the run's trace and in the metrics."""
+        """A decision in the metrics; its wait as a span when a drive of the run is under
+        way here (an approval denied at its deadline as the drive begins), else by the
+        drive that next moves the run on (see :meth:`_waits`)."""
         data = ev.data
         call_id = data.get("toolCallId")
         approval = next(
@@ -261,26 +268,42 @@ class Telemetry:
                 decision = str(data.get("decision"))
                 waited = {"gen_ai.agent.name": doc.agent, "oarlock.approval.decision": decision}
                 inst.approval_wait.record((decided - requested) / 1e9, waited)
+        drive = self._driving.get(doc.id)
         parent = trace_context(doc)
-        if parent is None or requested is None or decided is None or approval is None:
-            return
-        span = self.tracer.start_span(
-            f"await_approval {approval.tool_name}", context=parent, start_time=requested
-        )
-        if span.is_recording():
-            attrs: dict[str, Any] = {
-                "gen_ai.tool.name": approval.tool_name,
-                "gen_ai.tool.call.id": approval.tool_call_id,
-                "oarlock.run.id": doc.id,
-                "oarlock.approval.decision": str(data.get("decision")),
-                "oarlock.approval.decided_by": str(data.get("decidedBy")),
-            }
-            if isinstance(data.get("principal"), str):
-                attrs["oarlock.approval.principal"] = data["principal"]
-            if expired:
-                attrs["oarlock.approval.expired"] = True
-            span.set_attributes(attrs)
-        span.end(end_time=max(decided, requested))
+        if drive is not None and drive.recording and parent is not None:
+            self._waits(doc, parent)
+
+    def _waits(self, doc: RunDocument, parent: otel_context.Context) -> None:
+        """A span for each wait for a decision the run's trace does not have yet, from
+        the approval's request to its decision; each is marked (``traced``, an extension
+        member of the approval) and the mark is committed with the drive's next step, so
+        that the wait is told once, whichever process decided and whichever drives on."""
+        for approval in [*doc.pending_approvals, *doc.decisions]:
+            if approval.decision is None or (approval.model_extra or {}).get("traced") is True:
+                continue
+            setattr(approval, "traced", True)  # noqa: B010 - an extension member
+            requested = _seconds_ns(approval.requested_at)
+            decided = _seconds_ns(approval.decided_at)
+            if requested is None or decided is None:
+                continue
+            span = self.tracer.start_span(
+                f"await_approval {approval.tool_name}", context=parent, start_time=requested
+            )
+            if span.is_recording():
+                reason = approval.reason or ""
+                attrs: dict[str, Any] = {
+                    "gen_ai.tool.name": approval.tool_name,
+                    "gen_ai.tool.call.id": approval.tool_call_id,
+                    "oarlock.run.id": doc.id,
+                    "oarlock.approval.decision": approval.decision,
+                    "oarlock.approval.decided_by": str(approval.decided_by),
+                }
+                if approval.principal:
+                    attrs["oarlock.approval.principal"] = approval.principal
+                if approval.decided_by == "policy" and reason.startswith("expired"):
+                    attrs["oarlock.approval.expired"] = True
+                span.set_attributes(attrs)
+            span.end(end_time=max(decided, requested))
 
 
 _FINAL = frozenset({"completed", *_TERMINAL_ERRORS})
@@ -318,6 +341,8 @@ class _Drive:
         return _Call(self, tool, call, arguments)
 
     def end(self, doc: RunDocument | None, error: BaseException | None) -> None:
+        if self.telemetry is not None and self.telemetry._driving.get(self.run_id) is self:
+            del self.telemetry._driving[self.run_id]
         span = self.span
         status = None if doc is None else doc.status
         if self.recording:
