@@ -366,6 +366,10 @@ class Service:
 
         stored, pending, _ = await self.approval(principal, run_id, call_id)
         if pending.decision is not None:
+            if pending.decided_by == "policy" and (pending.reason or "").startswith("expired"):
+                raise ApiError(
+                    410, "approval_expired", f"call {call_id} was not decided by its deadline"
+                )
             raise ApiError(409, "already_decided", f"call {call_id} was already decided")
         if if_match.strip().strip('"') != approval_version(run_id, pending):
             raise ApiError(
