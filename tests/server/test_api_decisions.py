@@ -1,0 +1,124 @@
+"""Decisions over HTTP: bound to the approval's version (If-Match), exactly one of racing
+decisions wins, edits refused by the tool's schema and by the policy, a denial needs a
+reason, an expired approval is 410; the decision stands in the run and in the ledger under
+the token's name."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from server_kit import Kit, run
+
+
+async def _decide(kit: Kit, run_id: str, call_id: str, version: str | None, **body: object):
+    headers = {} if version is None else {"If-Match": f'"{version}"'}
+    return await kit.post(f"/v1/approvals/{run_id}/{call_id}/decision", "approver",
+                          headers=headers, json=body)  # fmt: skip
+
+
+def test_if_match_is_required_and_checked(tmp_path: Path) -> None:
+    async def body(kit: Kit) -> None:
+        run_id, call_id = await kit.waiting()
+        r = await _decide(kit, run_id, call_id, None, decision="approved")
+        assert r.status_code == 428 and r.json()["error"]["code"] == "if_match_required"
+        r = await _decide(kit, run_id, call_id, "0" * 32, decision="approved")
+        assert r.status_code == 409 and r.json()["error"]["code"] == "approval_changed"
+        r = await _decide(kit, run_id, "no-such-call", "0" * 32, decision="approved")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_call"
+        doc = (await kit.get(f"/v1/runs/{run_id}")).json()
+        assert doc["status"] == "waiting_approval" and not doc.get("decisions")
+
+    run(tmp_path, body)
+
+
+def test_racing_decisions_one_wins(tmp_path: Path) -> None:
+    async def body(kit: Kit) -> None:
+        for choices in (["approved"] * 6, ["approved", "denied"] * 3, ["denied"] * 6):
+            run_id, call_id = await kit.waiting()
+            version = await kit.version(run_id, call_id)
+            replies = await asyncio.gather(*(
+                _decide(kit, run_id, call_id, version, decision=c, reason="no")
+                if c == "denied" else _decide(kit, run_id, call_id, version, decision=c)
+                for c in choices
+            ))  # fmt: skip
+            codes = sorted(r.status_code for r in replies)
+            assert codes == [200] + [409] * (len(choices) - 1), [r.text for r in replies]
+            assert {r.json()["error"]["code"] for r in replies if r.status_code == 409} <= {
+                "already_decided", "approval_changed", "run_not_waiting"}  # fmt: skip
+            [won] = [r.json() for r in replies if r.status_code == 200]
+            doc = await kit.until(run_id, "completed")
+            [decided] = doc["decisions"]
+            assert decided["decision"] == won["decision"]
+            assert decided["principal"] == "approver-ana"
+            if won["decision"] == "approved":
+                approval, _ = await kit.app.state.store.governance().approval_for(
+                    run_id, call_id)  # fmt: skip
+                assert approval.principal == "approver-ana"
+
+    run(tmp_path, body)
+
+
+def test_edits_refused_by_schema_and_policy(tmp_path: Path) -> None:
+    async def body(kit: Kit) -> None:
+        run_id, call_id = await kit.waiting()
+        version = await kit.version(run_id, call_id)
+        good = {"order_id": "A-1001", "amount": 30.0, "reason": "broken"}
+        for edit, code in (
+            ({**good, "amount": "lots"}, "invalid_edit"),
+            ({"order_id": "A-1001"}, "invalid_edit"),
+            ({**good, "surprise": 1}, "invalid_edit"),
+            ({**good, "amount": 500.0}, "edit_denied"),
+        ):
+            r = await _decide(kit, run_id, call_id, version, decision="approved",
+                              editedArguments=edit)  # fmt: skip
+            assert r.status_code == 422, (edit, r.text)
+            assert r.json()["error"]["code"] == code, (edit, r.text)
+        r = await _decide(kit, run_id, call_id, version, decision="denied", editedArguments=good,
+                          reason="x")  # fmt: skip
+        assert r.json()["error"]["code"] == "edit_needs_approval"
+        doc = (await kit.get(f"/v1/runs/{run_id}")).json()
+        assert not doc.get("decisions") and doc["status"] == "waiting_approval"
+        r = await _decide(kit, run_id, call_id, version, decision="approved", editedArguments=good)
+        assert r.status_code == 200, r.text
+        doc = await kit.until(run_id, "completed")
+        assert doc["decisions"][0]["editedArguments"] == good
+
+    run(tmp_path, body)
+
+
+def test_deny_needs_a_reason_and_respond_needs_the_tool(tmp_path: Path) -> None:
+    async def body(kit: Kit) -> None:
+        run_id, call_id = await kit.waiting()
+        version = await kit.version(run_id, call_id)
+        for reason in (None, "", "   "):
+            r = await _decide(kit, run_id, call_id, version, decision="denied", reason=reason)
+            assert r.status_code == 422 and r.json()["error"]["code"] == "reason_required"
+        r = await _decide(kit, run_id, call_id, version, decision="responded", response="done")
+        assert r.status_code == 422 and r.json()["error"]["code"] == "response_not_allowed"
+        r = await _decide(kit, run_id, call_id, version, decision="maybe")
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+        r = await _decide(kit, run_id, call_id, version, decision="denied",
+                          reason="not \u202e\x1b[2Jour customer")  # fmt: skip
+        assert r.status_code == 200, r.text
+        doc = await kit.until(run_id, "completed")
+        assert doc["decisions"][0]["reason"] == "not \u202e\x1b[2Jour customer"
+        raw = (await kit.get(f"/v1/runs/{run_id}")).text
+        assert "\u202e" not in raw and "\x1b" not in raw and "\\u202e" in raw
+
+    run(tmp_path, body)
+
+
+def test_expired_approval_is_gone(tmp_path: Path) -> None:
+    async def body(kit: Kit) -> None:
+        run_id, call_id = await kit.waiting()
+        version = await kit.version(run_id, call_id)
+        await asyncio.sleep(1.2)
+        r = await _decide(kit, run_id, call_id, version, decision="approved")
+        assert r.status_code == 410, r.text
+        assert r.json()["error"]["code"] == "approval_expired"
+        doc = await kit.until(run_id, "completed")
+        [decided] = doc["decisions"]
+        assert decided["decision"] == "denied" and decided["decidedBy"] == "policy"
+
+    run(tmp_path, body, ttl=1)
