@@ -66,8 +66,9 @@ class Kit:
         return await self.client.post(path, headers={**self.auth(who), **(headers or {})}, **kw)
 
     async def start(self, who: str = "admin", agent: str = "refund-desk", **tags: str) -> str:
-        r = await self.post("/v1/runs", who, json={"agent": agent, "input": "Refund A-1001",
-                                                    "tags": tags})  # fmt: skip
+        r = await self.post(
+            "/v1/runs", who, json={"agent": agent, "input": "Refund A-1001", "tags": tags}
+        )
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
 

@@ -1,4 +1,4 @@
-"""Every endpoint × every role × the tenant boundary: a role without the permission gets
+"""Every endpoint by every role, and the tenant boundary: a role without the permission gets
 403 and changes nothing; no token (or a dead one) gets 401; a token of another tenant gets
 404 for every run, approval, receipt and artifact of this one, and sees none of them in
 any list."""
@@ -8,17 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from server_kit import ROLES, Kit, run
-
 from oarlock.server._tokens import PERMISSIONS
+from server_kit import ROLES, Kit, run
 
 
 async def _objects(kit: Kit) -> dict[str, str]:
     """A completed run (with receipts and a stored result) and a waiting run."""
     done, call = await kit.waiting()
     version = await kit.version(done, call)
-    r = await kit.post(f"/v1/approvals/{done}/{call}/decision", "approver",
-                       headers={"If-Match": version}, json={"decision": "approved"})  # fmt: skip
+    r = await kit.post(
+        f"/v1/approvals/{done}/{call}/decision",
+        "approver",
+        headers={"If-Match": version},
+        json={"decision": "approved"},
+    )
     assert r.status_code == 200, r.text
     await kit.until(done, "completed")
     rows = (await kit.get(f"/v1/receipts?run={done}")).json()
@@ -47,10 +50,14 @@ def _endpoints(o: dict[str, str]) -> list[tuple[str, str, str, dict[str, Any] | 
         ("POST", f"/v1/runs/{d}/cancel", "operate", {}),
         ("POST", f"/v1/runs/{w}/resume", "operate", None),
         ("POST", f"/v1/approvals/{w}/{c}/decision", "decide", {"decision": "approved"}),
-        ("POST", f"/v1/receipts/{inv}/reconcile", "admin",
-         {"outcome": "succeeded", "evidence": "seen in the bank's statement"}),
+        (
+            "POST",
+            f"/v1/receipts/{inv}/reconcile",
+            "admin",
+            {"outcome": "succeeded", "evidence": "seen in the bank's statement"},
+        ),
         ("GET", "/v1/audit/verify", "admin", None),
-    ]  # fmt: skip
+    ]
 
 
 # what a role with the permission gets (the writes are refused as the objects stand, so
@@ -104,8 +111,13 @@ def test_every_endpoint_needs_a_live_token(tmp_path: Path) -> None:
         revoked, info = await kit.app.state.tokens.create(name="x", tenant="demo", role="admin")
         await kit.app.state.tokens.revoke(info.id)
         for method, path, _, data in _endpoints(o):
-            for who in (None, "Bearer nope", "Basic abc", f"Bearer {revoked}",
-                        "Bearer oat_" + "A" * 43):  # fmt: skip
+            for who in (
+                None,
+                "Bearer nope",
+                "Basic abc",
+                f"Bearer {revoked}",
+                "Bearer oat_" + "A" * 43,
+            ):
                 r = await _call(kit, method, path, who, data)
                 assert r.status_code == 401, (method, path, who, r.text)
                 assert r.json()["error"]["code"] == "unauthenticated"

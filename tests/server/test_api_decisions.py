@@ -13,8 +13,9 @@ from server_kit import Kit, run
 
 async def _decide(kit: Kit, run_id: str, call_id: str, version: str | None, **body: object):
     headers = {} if version is None else {"If-Match": f'"{version}"'}
-    return await kit.post(f"/v1/approvals/{run_id}/{call_id}/decision", "approver",
-                          headers=headers, json=body)  # fmt: skip
+    return await kit.post(
+        f"/v1/approvals/{run_id}/{call_id}/decision", "approver", headers=headers, json=body
+    )
 
 
 def test_if_match_is_required_and_checked(tmp_path: Path) -> None:
@@ -37,23 +38,28 @@ def test_racing_decisions_one_wins(tmp_path: Path) -> None:
         for choices in (["approved"] * 6, ["approved", "denied"] * 3, ["denied"] * 6):
             run_id, call_id = await kit.waiting()
             version = await kit.version(run_id, call_id)
-            replies = await asyncio.gather(*(
-                _decide(kit, run_id, call_id, version, decision=c, reason="no")
-                if c == "denied" else _decide(kit, run_id, call_id, version, decision=c)
-                for c in choices
-            ))  # fmt: skip
+            replies = await asyncio.gather(
+                *(
+                    _decide(kit, run_id, call_id, version, decision=c, reason="no")
+                    if c == "denied"
+                    else _decide(kit, run_id, call_id, version, decision=c)
+                    for c in choices
+                )
+            )
             codes = sorted(r.status_code for r in replies)
             assert codes == [200] + [409] * (len(choices) - 1), [r.text for r in replies]
             assert {r.json()["error"]["code"] for r in replies if r.status_code == 409} <= {
-                "already_decided", "approval_changed", "run_not_waiting"}  # fmt: skip
+                "already_decided",
+                "approval_changed",
+                "run_not_waiting",
+            }
             [won] = [r.json() for r in replies if r.status_code == 200]
             doc = await kit.until(run_id, "completed")
             [decided] = doc["decisions"]
             assert decided["decision"] == won["decision"]
             assert decided["principal"] == "approver-ana"
             if won["decision"] == "approved":
-                approval, _ = await kit.app.state.store.governance().approval_for(
-                    run_id, call_id)  # fmt: skip
+                approval, _ = await kit.app.state.store.governance().approval_for(run_id, call_id)
                 assert approval.principal == "approver-ana"
 
     run(tmp_path, body)
@@ -70,12 +76,14 @@ def test_edits_refused_by_schema_and_policy(tmp_path: Path) -> None:
             ({**good, "surprise": 1}, "invalid_edit"),
             ({**good, "amount": 500.0}, "edit_denied"),
         ):
-            r = await _decide(kit, run_id, call_id, version, decision="approved",
-                              editedArguments=edit)  # fmt: skip
+            r = await _decide(
+                kit, run_id, call_id, version, decision="approved", editedArguments=edit
+            )
             assert r.status_code == 422, (edit, r.text)
             assert r.json()["error"]["code"] == code, (edit, r.text)
-        r = await _decide(kit, run_id, call_id, version, decision="denied", editedArguments=good,
-                          reason="x")  # fmt: skip
+        r = await _decide(
+            kit, run_id, call_id, version, decision="denied", editedArguments=good, reason="x"
+        )
         assert r.json()["error"]["code"] == "edit_needs_approval"
         doc = (await kit.get(f"/v1/runs/{run_id}")).json()
         assert not doc.get("decisions") and doc["status"] == "waiting_approval"
@@ -98,8 +106,9 @@ def test_deny_needs_a_reason_and_respond_needs_the_tool(tmp_path: Path) -> None:
         assert r.status_code == 422 and r.json()["error"]["code"] == "response_not_allowed"
         r = await _decide(kit, run_id, call_id, version, decision="maybe")
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
-        r = await _decide(kit, run_id, call_id, version, decision="denied",
-                          reason="not \u202e\x1b[2Jour customer")  # fmt: skip
+        r = await _decide(
+            kit, run_id, call_id, version, decision="denied", reason="not \u202e\x1b[2Jour customer"
+        )
         assert r.status_code == 200, r.text
         doc = await kit.until(run_id, "completed")
         assert doc["decisions"][0]["reason"] == "not \u202e\x1b[2Jour customer"

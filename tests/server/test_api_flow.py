@@ -16,16 +16,24 @@ def test_approve_flow(tmp_path: Path) -> None:
         [item] = r.json()["approvals"]
         assert item["runId"] == run_id and item["tool"] == "issue_refund"
         assert item["sideEffect"] == "spend"
-        assert item["policy"] == {"ruleId": "refunds-need-a-human",
-                                  "reasons": ["Every refund needs a human"]}
+        assert item["policy"] == {
+            "ruleId": "refunds-need-a-human",
+            "reasons": ["Every refund needs a human"],
+        }
         r = await kit.get(f"/v1/approvals/{run_id}/{call_id}", "viewer")
         assert r.headers["etag"] == f'"{item["version"]}"'
         r = await kit.post(
             f"/v1/approvals/{run_id}/{call_id}/decision",
             "approver",
             headers={"If-Match": r.headers["etag"]},
-            json={"decision": "approved", "editedArguments": {
-                "order_id": "A-1001", "amount": 40.0, "reason": "arrived broken"}},
+            json={
+                "decision": "approved",
+                "editedArguments": {
+                    "order_id": "A-1001",
+                    "amount": 40.0,
+                    "reason": "arrived broken",
+                },
+            },
         )
         assert r.status_code == 200, r.text
         assert r.json()["decidedBy"] == "approver-ana"

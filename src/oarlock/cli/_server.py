@@ -76,9 +76,7 @@ def add_commands(sub: Any) -> None:
     tsub = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
     p = tsub.add_parser("create", help="make a token; it is printed once, only its hash is kept")
     p.add_argument("--tenant", required=True, type=text)
-    p.add_argument(
-        "--role", required=True, choices=["viewer", "operator", "approver", "admin"]
-    )
+    p.add_argument("--role", required=True, choices=["viewer", "operator", "approver", "admin"])
     p.add_argument("--name", required=True, type=text, help="the principal decisions record")
     p.add_argument("--expires-in", type=seconds, metavar="SECONDS", help="default: never")
     p.add_argument("--json", action="store_true")
@@ -136,8 +134,7 @@ def _serve(args: argparse.Namespace) -> int:
         from oarlock.server import ServerSettings, create_app
     except ImportError as exc:
         raise OarlockError(
-            f"oarlock serve needs its extra: pip install 'oarlock[server]' ({exc.name} is "
-            "missing)",
+            f"oarlock serve needs its extra: pip install 'oarlock[server]' ({exc.name} is missing)",
             code="missing_extra",
         ) from None
     from oarlock.cli._runs import _db

@@ -84,21 +84,20 @@ class BodyLimit:
                 if too_big:
                     await self._refuse(scope, receive, send)
                     return
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
+        body = bytearray()
+        more = True
+        while more:  # the whole body, up to the limit, before the app reads any of it
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._refuse(scope, receive, send)
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message], receive), send)
+                return
+            body += message.get("body", b"")
+            more = bool(message.get("more_body", False))
+            if len(body) > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+        whole = {"type": "http.request", "body": bytes(body), "more_body": False}
+        await self.app(scope, _replay([whole], receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = _error(
@@ -107,8 +106,13 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """``messages`` first, then whatever ``receive`` gives (a disconnect)."""
+
+    async def replayed() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replayed
 
 
 def _handlers(app: FastAPI) -> None:

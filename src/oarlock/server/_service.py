@@ -343,8 +343,10 @@ class Service:
         doc = stored.document
         for pending in [*doc.pending_approvals, *reversed(doc.decisions)]:
             if pending.tool_call_id == call_id:
-                return stored, pending, self.approval_json(
-                    stored, pending, self._agent_or_none(stored)
+                return (
+                    stored,
+                    pending,
+                    self.approval_json(stored, pending, self._agent_or_none(stored)),
                 )
         raise NotFound(f"run {run_id} has no approval for call {call_id}", code="unknown_call")
 
@@ -495,4 +497,3 @@ def check_text(value: str, what: str, limit: int) -> str:
     if len(value) > limit:
         raise UsageError(f"{what} is longer than {limit} characters", code="too_long")
     return value
-

@@ -132,9 +132,11 @@ def check_role(value: str) -> Role:
 def check_expiry(seconds: float | None) -> float | None:
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not (
-        isinstance(seconds, int | float) and math.isfinite(seconds)
-    ) or not 0 < seconds <= MAX_EXPIRES_IN:
+    if (
+        isinstance(seconds, bool)
+        or not (isinstance(seconds, int | float) and math.isfinite(seconds))
+        or not 0 < seconds <= MAX_EXPIRES_IN
+    ):
         raise UsageError(
             f"a token's lifetime is more than 0 and at most {MAX_EXPIRES_IN:g} seconds"
         )
