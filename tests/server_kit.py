@@ -126,3 +126,81 @@ def run(root: Path, body: Callable[[Kit], Awaitable[None]], **kw: Any) -> None:
             await body(kit)
 
     asyncio.run(main())
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Served:
+    """``oarlock serve`` in a process of its own, on a free port of 127.0.0.1."""
+
+    url: str
+    db: Path
+    process: Any
+
+    def oarlock(self, *args: str) -> str:
+        import subprocess
+        import sys
+
+        done = subprocess.run(
+            [sys.executable, "-m", "oarlock.cli", "--db", str(self.db), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return done.stdout
+
+    def token(self, role: str, name: str, tenant: str = "demo") -> str:
+        import json
+
+        out = self.oarlock(
+            "tokens", "create", "--tenant", tenant, "--role", role, "--name", name, "--json"
+        )
+        return str(json.loads(out)["token"])
+
+
+def serve_process(root: Path, *extra: str) -> Any:
+    """A context manager: the server running, as :class:`Served`; stopped with SIGTERM."""
+    import contextlib
+    import subprocess
+    import sys
+
+    @contextlib.contextmanager
+    def cm() -> Any:
+        port = free_port()
+        db = root / "runs.db"
+        agents = agents_dir(root)
+        argv = [sys.executable, "-m", "oarlock.cli", "--db", str(db), "serve", "--port",
+                str(port), "--agents", str(agents), *extra]  # fmt: skip
+        log = (root / "serve.log").open("w")
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert process.poll() is None, (root / "serve.log").read_text()
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+            yield Served(url, db, process)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()
+
+    return cm()
