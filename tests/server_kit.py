@@ -102,10 +102,11 @@ async def serving(
     *,
     ttl: float = 3600,
     settings: ServerSettings | None = None,
+    db: str | None = None,
 ) -> AsyncIterator[Kit]:
     worker = WorkerSettings(poll=0.05, heartbeat=0.2, lease=1.0, drain=2.0)
     s = settings or ServerSettings(worker_settings=worker)
-    app = create_app(root / "runs.db", agents_dir(root, ttl=ttl), s)
+    app = create_app(db or root / "runs.db", agents_dir(root, ttl=ttl), s)
     async with app.router.lifespan_context(app):
         tokens = {}
         for role in ROLES:
