@@ -105,7 +105,7 @@ async def serving(
     db: str | None = None,
 ) -> AsyncIterator[Kit]:
     worker = WorkerSettings(poll=0.05, heartbeat=0.2, lease=1.0, drain=2.0)
-    s = settings or ServerSettings(worker_settings=worker)
+    s = settings or ServerSettings(worker_settings=worker, watch_interval=0.1)
     app = create_app(db or root / "runs.db", agents_dir(root, ttl=ttl), s)
     async with app.router.lifespan_context(app):
         tokens = {}

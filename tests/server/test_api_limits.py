@@ -128,7 +128,7 @@ def test_openapi_declares_every_refusal(tmp_path: Path) -> None:
     async def body(kit: Kit) -> None:
         spec = (await kit.client.get("/openapi.json")).json()
         ops = [(p, m, op) for p, item in spec["paths"].items() for m, op in item.items()]
-        assert len(ops) == 17
+        assert len(ops) == 19
         for path, method, op in ops:
             codes = set(op["responses"])
             if path == "/openapi.json":
@@ -137,6 +137,7 @@ def test_openapi_declares_every_refusal(tmp_path: Path) -> None:
             if "{" in path:
                 assert "404" in codes, (path, method)
             for code in codes - {"200", "201", "202"}:
+                assert op["responses"][code]["description"], (path, code)
                 schema = op["responses"][code]["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (path, code)
         decision = spec["paths"]["/v1/approvals/{run_id}/{call_id}/decision"]["post"]

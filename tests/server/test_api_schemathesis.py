@@ -34,6 +34,8 @@ def test_api_conforms(served: Served, token: str) -> None:
     for result in api.get_all_operations():
         operation = result.ok()
         walked.append(operation.label)
+        if operation.path.endswith("/stream"):
+            continue  # event streams last as long as the server (test_api_live.py)
 
         @given(case=operation.as_strategy())
         @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
@@ -49,4 +51,4 @@ def test_api_conforms(served: Served, token: str) -> None:
 
         conforms()
         assert served.process.poll() is None
-    assert len(walked) == 17
+    assert len(walked) == 19

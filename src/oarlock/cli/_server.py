@@ -70,6 +70,12 @@ def add_commands(sub: Any) -> None:
         "--decisions-per-minute", type=seconds, default=60.0, metavar="N",
         help="decisions one token may make a minute (default 60)",
     )  # fmt: skip
+    p.add_argument(
+        "--webhooks",
+        metavar="FILE",
+        type=path,
+        help="a YAML file naming each tenant's webhook URL and the variable of its secret",
+    )
     p.set_defaults(handler="oarlock.cli._server:dispatch", action="serve")
 
     tokens = sub.add_parser("tokens", help="API tokens of `oarlock serve`")
@@ -144,7 +150,13 @@ def _serve(args: argparse.Namespace) -> int:
         from oarlock.governance._approvers import ApproverKey
 
         approver = ApproverKey.load(args.key, "server")
+    hooks: tuple[Any, ...] = ()
+    if args.webhooks:
+        from oarlock.server._webhooks import load_webhooks
+
+        hooks = tuple(load_webhooks(args.webhooks))
     settings = ServerSettings(
+        webhooks=hooks,
         max_body_bytes=args.max_body,
         decisions_per_minute=args.decisions_per_minute,
         worker=not args.no_worker,
@@ -157,9 +169,25 @@ def _serve(args: argparse.Namespace) -> int:
     names = ", ".join(line(e.name) for e in app.state.service.agents) or "none"
     print(f"oarlock serve: agents {names}; worker {'off' if args.no_worker else 'on'}", flush=True)
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", access_log=False
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
     )
-    uvicorn.Server(config).run()
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            hub = getattr(app.state, "hub", None)
+            if hub is not None:  # the event streams end, so that their connections close
+                hub.closing = True
+            super().handle_exit(sig, frame)
+            # a shutdown asked for is a clean exit (status 0), as for oarlock worker, not
+            # the signal raised again once the server has stopped
+            self._captured_signals.clear()
+
+    Server(config).run()
     return EXIT_OK
 
 

@@ -28,6 +28,7 @@ from oarlock.server._errors import ApiError, error_body, status_of
 
 if TYPE_CHECKING:
     from oarlock.governance._approvers import ApproverKey
+    from oarlock.server._webhooks import Webhook
     from oarlock.store._base import RunStore
     from oarlock.worker import Worker, WorkerSettings
 
@@ -51,6 +52,10 @@ class ServerSettings:
     worker: bool = True
     worker_settings: WorkerSettings | None = None
     approver: ApproverKey | None = None
+    webhooks: tuple[Webhook, ...] = ()
+    watch_interval: float = 1.0
+    stream_interval: float = 0.25
+    webhook_transport: Any = None  # an httpx transport (tests)
 
 
 class SafeJSON(JSONResponse):
@@ -160,6 +165,7 @@ def create_app(
     open store) and the agent files of the folder ``agents``."""
     from oarlock.server._api import router
     from oarlock.server._service import Service, load_agents
+    from oarlock.server._stream import router as streams
     from oarlock.server._tokens import token_store
 
     s = settings or ServerSettings()
@@ -172,16 +178,27 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from oarlock.server._hub import Hub
+        from oarlock.server._webhooks import Webhooks
+
         await app.state.tokens.prepare()
+        hooks = Webhooks(list(s.webhooks), transport=s.webhook_transport)
+        tenants = {e.agent.tenant for e in entries} | {h.tenant for h in s.webhooks}
+        hub = Hub(service, tenants, interval=s.watch_interval, on_event=hooks.tell)
+        app.state.hub, app.state.webhooks = hub, hooks
+        hooks.start()
+        hub.start()
         if s.worker:
             worker_box.append(_start_worker(store, s))
         try:
             yield
         finally:
+            await hub.stop()
             for worker, task in worker_box:
                 worker.stop()
                 await asyncio.gather(task, return_exceptions=True)
             worker_box.clear()
+            await hooks.stop()
             await service.close()
 
     app = FastAPI(
@@ -198,9 +215,28 @@ def create_app(
     app.state.settings = s
     app.state.problems = problems
     _handlers(app)
+    app.include_router(streams)  # before the API's routes: /approvals/stream is no approval
     app.include_router(router)
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
+    _openapi_errors_as_json(app)
     return app
+
+
+def _openapi_errors_as_json(app: FastAPI) -> None:
+    """Refusals are JSON whatever the operation's own media type (an event stream's)."""
+    made = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = made()
+        for item in spec.get("paths", {}).values():
+            for op in item.values():
+                for status, response in op.get("responses", {}).items():
+                    content = response.get("content")
+                    if not status.startswith("2") and isinstance(content, dict):
+                        response["content"] = {"application/json": content["application/json"]}
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _start_worker(store: RunStore, s: ServerSettings) -> tuple[Worker, asyncio.Task[None]]:

@@ -91,4 +91,8 @@ _WHAT = {
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI responses of an operation's refusals."""
-    return {s: {"model": ErrorBody, "description": _WHAT[s]} for s in sorted(set(statuses))}
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    return {
+        s: {"model": ErrorBody, "description": _WHAT[s], "content": body}
+        for s in sorted(set(statuses))
+    }
