@@ -217,9 +217,23 @@ def create_app(
     _handlers(app)
     app.include_router(streams)  # before the API's routes: /approvals/stream is no approval
     app.include_router(router)
+    _pages(app)
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
     _openapi_errors_as_json(app)
     return app
+
+
+def _pages(app: FastAPI) -> None:
+    """The inbox's pages, sessions and static files (htmx, the style sheet, inbox.js)."""
+    from fastapi.staticfiles import StaticFiles
+
+    from oarlock.server._web import Sessions
+    from oarlock.server._web import router as pages
+
+    app.state.sessions = Sessions(app.state.tokens)
+    app.include_router(pages)
+    static = Path(__file__).with_name("static")
+    app.mount("/static", StaticFiles(directory=static), name="static")
 
 
 def _openapi_errors_as_json(app: FastAPI) -> None:
