@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import httpx
+
 from server_kit import Kit, run
 
 
