@@ -146,6 +146,8 @@ def test_hostile_text_is_rendered_safely(tmp_path: Path) -> None:
             assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in html
             assert "\x1b" not in html and "\u202e" not in html and "\x07" not in html
             assert "\\x1b" in html and "\\u202e" in html
+        page = (await c.get(f"/approvals/{run_id}/{call_id}")).text
+        assert 'data-original="{&#34;amount&#34;: 42.5' in page  # an attribute, escaped
         await c.aclose()
 
     run(tmp_path, body)

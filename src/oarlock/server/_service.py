@@ -115,6 +115,7 @@ class Service:
     agents: list[AgentEntry]
     approver: ApproverKey | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _reviewers: dict[int, Runner] = field(default_factory=dict)
 
     # -- agents -----------------------------------------------------------------------
     def agents_of(self, principal: Principal) -> list[AgentEntry]:
@@ -137,6 +138,16 @@ class Service:
         from oarlock.engine._runner import Runner
 
         return Runner(agent, self.store, approver=self.approver)
+
+    def _reviewer(self, agent: Agent) -> Runner:
+        """A runner of ``agent`` whose executor judges calls (kept for the agents of the
+        last few runs looked at)."""
+        found = self._reviewers.get(id(agent))
+        if found is None or found.agent is not agent:
+            if len(self._reviewers) > 64:
+                self._reviewers.clear()
+            found = self._reviewers[id(agent)] = self._runner(agent)
+        return found
 
     def _run_agent(self, stored: StoredRun) -> Agent:
         from oarlock.engine._agentfile import run_agent
@@ -239,7 +250,7 @@ class Service:
         if tool is None:
             return None
         try:
-            runner = self._runner(agent)
+            runner = self._reviewer(agent)
             arguments = tool.validate_arguments(pending.arguments)
             return runner.executor.review(tool, arguments, runner._ctx(doc))
         except Exception:  # the call is invalid now; the run says so when it resumes
@@ -295,8 +306,9 @@ class Service:
         order: str = "newest",
         limit: int = 100,
     ) -> list[dict[str, Any]]:
-        """The undecided approvals of every waiting run of the tenant."""
-        found: list[dict[str, Any]] = []
+        """The undecided approvals of every waiting run of the tenant, newest (or with
+        the nearest deadline) first: at most ``limit``, each with the policy's verdict."""
+        found: list[tuple[StoredRun, Agent | None, PendingApproval]] = []
         cursor: _scope.Cursor | None = None
         while True:
             page = await _scope.list_runs(
@@ -313,15 +325,20 @@ class Service:
             if page.next is None:
                 break
             cursor = page.next
+
+        def deadline(item: tuple[StoredRun, Agent | None, PendingApproval]) -> tuple[Any, ...]:
+            due = (item[2].model_extra or {}).get("expiresAt")
+            return (due is None, due or "", item[0].document.id)
+
         if order == "deadline":
-            found.sort(key=lambda a: (a["expiresAt"] is None, a["expiresAt"] or "", a["runId"]))
+            found.sort(key=deadline)
         else:
-            found.sort(key=lambda a: (a["requestedAt"], a["runId"]), reverse=True)
-        return found[:limit]
+            found.sort(key=lambda i: (i[2].requested_at, i[0].document.id), reverse=True)
+        return [self.approval_json(s, p, a) for s, a, p in found[:limit]]
 
     async def _pending_of(
         self, run_id: str, tool: str | None, side_effect: str | None
-    ) -> list[dict[str, Any]]:
+    ) -> list[tuple[StoredRun, Agent | None, PendingApproval]]:
         try:
             stored = await self.store.load(run_id)
         except NotFound:
@@ -331,9 +348,9 @@ class Service:
         for pending in stored.document.pending_approvals:
             if pending.decision is not None or (tool is not None and pending.tool_name != tool):
                 continue
-            item = self.approval_json(stored, pending, agent)
-            if side_effect is None or item["sideEffect"] == side_effect:
-                out.append(item)
+            found = None if agent is None else agent.tools.get(pending.tool_name)
+            if side_effect is None or (found is not None and found.side_effect == side_effect):
+                out.append((stored, agent, pending))
         return out
 
     async def approval(

@@ -35,6 +35,7 @@ from oarlock.server._tokens import Principal, TokenStore
 __all__ = ["Sessions", "router"]
 
 COOKIE = "oarlock_session"
+_INBOX_ROWS = 200  # the newest (or most urgent) shown; filters narrow the rest
 _SESSION_SECONDS = 12 * 3600
 router = APIRouter(include_in_schema=False)
 HEADERS = {
@@ -59,7 +60,9 @@ def _finalize(value: Any) -> Any:
         return ""
     if isinstance(value, Lines | int | float):
         return value
-    return line(value)
+    # as plain text: a str subclass (Markup, as tojson gives) would pass the escaping by
+    text = str.__str__(value) if isinstance(value, str) else str(value)
+    return str.__str__(line(text))
 
 
 def _lines(value: Any) -> Lines:
@@ -213,17 +216,18 @@ async def inbox(request: Request) -> Response:
         side_effect=filters["sideEffect"],
         tags=tags,
         order=order,
-        limit=1000,
+        limit=_INBOX_ROWS + 1,
     )
+    more = len(found) > _INBOX_ROWS
     return _page(
-        request, "inbox.html", me=me, approvals=found, filters=filters, order=order, now=_now()
+        request,
+        "inbox.html",
+        me=me,
+        approvals=found[:_INBOX_ROWS],
+        more=more,
+        filters=filters,
+        order=order,
     )
-
-
-def _now() -> str:
-    from oarlock.formats._time import now_rfc3339
-
-    return now_rfc3339()
 
 
 @router.get("/approvals/{run_id}/{call_id}")
