@@ -37,7 +37,7 @@ rules:
 
 def agents_dir(root: Path, *, ttl: float = 3600) -> Path:
     folder = root / "agents"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     shutil.copy(AGENT_FILE.with_name("refund-desk.script.yaml"), folder)
     (folder / "desk.policy.yaml").write_text(POLICY.replace("TTL", f"{ttl:g}"))
     text = AGENT_FILE.read_text()
@@ -167,7 +167,9 @@ class Served:
         return str(json.loads(out)["token"])
 
 
-def serve_process(root: Path, *extra: str) -> Any:
+def serve_process(
+    root: Path, *extra: str, program: Path | None = None, env: dict[str, str] | None = None
+) -> Any:
     """A context manager: the server running, as :class:`Served`; stopped with SIGTERM."""
     import contextlib
     import subprocess
@@ -178,10 +180,16 @@ def serve_process(root: Path, *extra: str) -> Any:
         port = free_port()
         db = root / "runs.db"
         agents = agents_dir(root)
-        argv = [sys.executable, "-m", "oarlock.cli", "--db", str(db), "serve", "--port",
+        command = [sys.executable, "-m", "oarlock.cli"] if program is None else [
+            sys.executable, str(program)]  # fmt: skip
+        argv = [*command, "--db", str(db), "serve", "--port",
                 str(port), "--agents", str(agents), *extra]  # fmt: skip
-        log = (root / "serve.log").open("w")
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        log = (root / "serve.log").open("a")
+        import os
+
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 30
