@@ -152,3 +152,19 @@ def test_another_tenant_sees_nothing(tmp_path: Path) -> None:
         assert doc["status"] == "waiting_approval"
 
     run(tmp_path, body)
+
+
+def test_an_expired_token_is_refused(tmp_path: Path) -> None:
+    async def body(kit: Kit) -> None:
+        import asyncio
+
+        token, _ = await kit.app.state.tokens.create(
+            name="brief", tenant="demo", role="viewer", expires_in=0.5
+        )
+        auth = {"Authorization": f"Bearer {token}"}
+        assert (await kit.client.get("/v1/me", headers=auth)).status_code == 200
+        await asyncio.sleep(0.6)
+        r = await kit.client.get("/v1/me", headers=auth)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+
+    run(tmp_path, body)
