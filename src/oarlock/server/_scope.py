@@ -50,6 +50,7 @@ class Cursor:
 class RunPage:
     runs: list[dict[str, Any]]
     next: Cursor | None
+    versions: dict[str, int]  # each run's version (what its document is at)
 
 
 async def tenant_of(store: object, run_id: str) -> str | None:
@@ -72,7 +73,7 @@ async def tenant_of(store: object, run_id: str) -> str | None:
 
 
 _SQLITE_PAGE = """
-SELECT id, agent, status, tags, turns, created_at, updated_at, tenant,
+SELECT id, agent, status, tags, turns, created_at, updated_at, tenant, version,
        CASE WHEN lease_until > :now THEN lease_owner END AS holder
 FROM runs
 WHERE tenant = :tenant
@@ -87,7 +88,7 @@ LIMIT :limit
 """
 
 _PG_PAGE = """
-SELECT id, agent, status, tags, turns, created_at, updated_at, tenant,
+SELECT id, agent, status, tags, turns, created_at, updated_at, tenant, version,
        CASE WHEN lease_until >= extract(epoch FROM statement_timestamp())
             THEN lease_owner END AS holder
 FROM runs
@@ -152,6 +153,8 @@ async def list_runs(
             raise UsageError("the server needs an SQLite or a PostgreSQL store")
         rows = await store.fetch("listing runs", _PG_PAGE, params)
     runs = [_summary(r) for r in rows[:limit]]
+    versions = {r["id"]: int(r["version"]) for r in rows[:limit]}
     more = len(rows) > limit
     last = runs[-1] if runs and more else None
-    return RunPage(runs, None if last is None else Cursor(last["createdAt"], last["id"]))
+    cursor = None if last is None else Cursor(last["createdAt"], last["id"])
+    return RunPage(runs, cursor, versions)

@@ -90,6 +90,11 @@ def load_agents(folder: str | Path | None) -> tuple[list[AgentEntry], list[str]]
     return entries, problems
 
 
+def _side_effect(agent: Agent | None, tool: str) -> str | None:
+    found = None if agent is None else agent.tools.get(tool)
+    return None if found is None else found.side_effect
+
+
 def approval_version(run_id: str, pending: PendingApproval) -> str:
     """The approval's version, for If-Match: a digest of the call it is on (run, call,
     tool, arguments), its deadline and its decision so far. It changes when anything a
@@ -116,6 +121,8 @@ class Service:
     approver: ApproverKey | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     _reviewers: dict[int, Runner] = field(default_factory=dict)
+    _pending_cache: dict[str, tuple[int, list[Any]]] = field(default_factory=dict)
+    _items: dict[tuple[str, int, str], dict[str, Any]] = field(default_factory=dict)
 
     # -- agents -----------------------------------------------------------------------
     def agents_of(self, principal: Principal) -> list[AgentEntry]:
@@ -321,7 +328,7 @@ class Service:
                 after=cursor,
             )
             for run in page.runs:
-                found += await self._pending_of(run["id"], tool, side_effect)
+                found += await self._pending_of(run["id"], page.versions[run["id"]])
             if page.next is None:
                 break
             cursor = page.next
@@ -330,27 +337,47 @@ class Service:
             due = (item[2].model_extra or {}).get("expiresAt")
             return (due is None, due or "", item[0].document.id)
 
+        found = [
+            (stored, a, p)
+            for stored, a, p in found
+            if (tool is None or p.tool_name == tool)
+            and (side_effect is None or _side_effect(a, p.tool_name) == side_effect)
+        ]
         if order == "deadline":
             found.sort(key=deadline)
         else:
             found.sort(key=lambda i: (i[2].requested_at, i[0].document.id), reverse=True)
-        return [self.approval_json(s, p, a) for s, a, p in found[:limit]]
+        return [self._item(s, p, a) for s, a, p in found[:limit]]
+
+    def _item(self, stored: StoredRun, pending: PendingApproval, agent: Agent | None) -> Any:
+        """:meth:`approval_json`, kept while the run stays at its version."""
+        key = (stored.document.id, stored.version, pending.tool_call_id)
+        item = self._items.get(key)
+        if item is None:
+            if len(self._items) > 20_000:
+                self._items.clear()
+            item = self._items[key] = self.approval_json(stored, pending, agent)
+        return dict(item)
 
     async def _pending_of(
-        self, run_id: str, tool: str | None, side_effect: str | None
+        self, run_id: str, version: int
     ) -> list[tuple[StoredRun, Agent | None, PendingApproval]]:
+        """The run's undecided approvals, read again only when the run's version moved
+        (a page of the inbox reads the documents of the runs that changed, not all)."""
+        cached = self._pending_cache.get(run_id)
+        if cached is not None and cached[0] == version:
+            return cached[1]
         try:
             stored = await self.store.load(run_id)
         except NotFound:
             return []
         agent = self._agent_or_none(stored)
-        out = []
-        for pending in stored.document.pending_approvals:
-            if pending.decision is not None or (tool is not None and pending.tool_name != tool):
-                continue
-            found = None if agent is None else agent.tools.get(pending.tool_name)
-            if side_effect is None or (found is not None and found.side_effect == side_effect):
-                out.append((stored, agent, pending))
+        out = [
+            (stored, agent, p) for p in stored.document.pending_approvals if p.decision is None
+        ]
+        if len(self._pending_cache) > 20_000:
+            self._pending_cache.clear()
+        self._pending_cache[run_id] = (stored.version, out)
         return out
 
     async def approval(

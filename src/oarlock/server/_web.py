@@ -18,6 +18,7 @@ import hmac
 import json
 import secrets
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,11 @@ class Lines(str):
     """Text of several lines, already through the renderer (``block``)."""
 
 
+# the lines rendered during one page's rendering (its values repeat: tools, classes,
+# agents, reasons), so that each distinct value goes through the renderer once a page
+_seen: ContextVar[dict[str, str] | None] = ContextVar("oarlock_page_lines", default=None)
+
+
 def _finalize(value: Any) -> Any:
     """Every value a template prints goes through the renderer: one line, unless it is
     :class:`Lines`."""
@@ -62,7 +68,13 @@ def _finalize(value: Any) -> Any:
         return value
     # as plain text: a str subclass (Markup, as tojson gives) would pass the escaping by
     text = str.__str__(value) if isinstance(value, str) else str(value)
-    return str.__str__(line(text))
+    seen = _seen.get()
+    if seen is None:
+        return str.__str__(line(text))
+    done = seen.get(text)
+    if done is None:
+        done = seen[text] = str.__str__(line(text))
+    return done
 
 
 def _lines(value: Any) -> Lines:
@@ -134,7 +146,11 @@ class Sessions:
 
 def _page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     sessions: Sessions = request.app.state.sessions
-    html = _env.get_template(name).render(csrf=sessions.csrf(request), **context)
+    token = _seen.set({})
+    try:
+        html = _env.get_template(name).render(csrf=sessions.csrf(request), **context)
+    finally:
+        _seen.reset(token)
     return HTMLResponse(html, status_code=status, headers=HEADERS)
 
 
