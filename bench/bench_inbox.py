@@ -72,7 +72,9 @@ async def main(count: int, rounds: int) -> dict[str, Any]:
             token, _ = await app.state.tokens.create(name="bench", tenant="demo", role="viewer")
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://bench") as c:
-                await c.post("/login", data={"token": token})
+                login = await c.get("/login")
+                csrf = login.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+                await c.post("/login", data={"token": token, "csrf": csrf})
                 started = time.perf_counter()
                 page = await c.get("/")  # the first: every document read, every call judged
                 first_ms = (time.perf_counter() - started) * 1000

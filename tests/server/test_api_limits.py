@@ -84,6 +84,9 @@ def test_cursor_pagination_and_filters(tmp_path: Path) -> None:
         tagged = (await kit.get("/v1/runs?tag=batch=b&limit=50")).json()["runs"]
         assert len(tagged) == 3 and all(r["tags"]["batch"] == "b" for r in tagged)
         assert all(r["tags"]["startedBy"] == "operator-ana" for r in tagged)
+        forged = await kit.post("/v1/runs", "operator", json={
+            "agent": "refund-desk", "input": "x", "tags": {"startedBy": "admin-ana"}})
+        assert forged.json()["tags"]["startedBy"] == "operator-ana"
         none = (await kit.get("/v1/runs?agent=nobody")).json()
         assert none == {"runs": [], "nextCursor": None}
         for bad in ("!!!", "eyJ4IjoxfQ", "W1tdXQ"):

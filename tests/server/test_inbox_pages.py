@@ -14,9 +14,16 @@ import httpx
 from server_kit import Kit, run
 
 
+async def _login(c: httpx.AsyncClient, token: str) -> httpx.Response:
+    page = await c.get("/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf
+    return await c.post("/login", data={"token": token, "csrf": csrf.group(1)})
+
+
 async def _signed_in(kit: Kit, role: str = "approver") -> httpx.AsyncClient:
     c = httpx.AsyncClient(transport=kit.client._transport, base_url="http://oarlock.test")
-    r = await c.post("/login", data={"token": kit.tokens[role]})
+    r = await _login(c, kit.tokens[role])
     assert r.status_code == 303 and r.headers["location"] == "/"
     return c
 
@@ -32,9 +39,15 @@ def test_login_cookie_and_headers(tmp_path: Path) -> None:
     async def body(kit: Kit) -> None:
         r = await kit.client.get("/")
         assert r.status_code == 303 and r.headers["location"] == "/login"
-        r = await kit.client.post("/login", data={"token": "oat_" + "x" * 43})
+        r = await _login(kit.client, "oat_" + "x" * 43)
         assert r.status_code == 401 and "not a live token" in r.text
-        r = await kit.client.post("/login", data={"token": kit.tokens["viewer"]})
+        # without the login form's CSRF token (a cross-site login), no session
+        fresh = httpx.AsyncClient(transport=kit.client._transport, base_url="http://x.test")
+        r = await fresh.post("/login", data={"token": kit.tokens["viewer"]})
+        assert r.status_code == 403
+        assert "oarlock_session" not in r.headers.get("set-cookie", "")
+        await fresh.aclose()
+        r = await _login(kit.client, kit.tokens["viewer"])
         cookie = r.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
         assert kit.tokens["viewer"] not in r.headers["set-cookie"]

@@ -170,7 +170,7 @@ class Service:
 
         entry = self.agent_named(principal, agent_name)
         agent = run_agent(entry.path, entry.agent.model.model_id, "new")
-        tags = {**tags, "startedBy": principal.name} if "startedBy" not in tags else tags
+        tags = {**tags, "startedBy": principal.name}  # the principal's, whatever was sent
         return await self._runner(agent).submit(
             text, tags=tags, agent_ref=entry.path, run_id=str(uuid.uuid4())
         )

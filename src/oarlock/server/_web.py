@@ -174,9 +174,20 @@ def _error_page(request: Request, principal: Principal, exc: Exception) -> HTMLR
 
 
 # -- sign in and out ----------------------------------------------------------------------
+_LOGIN = "oarlock_login"  # the login form's CSRF token, before there is a session
+
+
+def _login_page(request: Request, status: int, failed: bool) -> HTMLResponse:
+    check = secrets.token_urlsafe(32)
+    page = _page(request, "login.html", status, me=None, failed=failed, login_csrf=check)
+    page.set_cookie(_LOGIN, check, max_age=3600, httponly=True, samesite="strict", path="/login",
+                    secure=request.url.scheme == "https")  # fmt: skip
+    return page
+
+
 @router.get("/login")
 async def login_form(request: Request) -> HTMLResponse:
-    return _page(request, "login.html", me=None, failed=False)
+    return _login_page(request, 200, failed=False)
 
 
 @router.post("/login")
@@ -184,8 +195,11 @@ async def login(request: Request) -> Response:
     form = await request.form()
     token = str(form.get("token") or "").strip()
     sessions: Sessions = request.app.state.sessions
+    expected, given = request.cookies.get(_LOGIN, ""), form.get("csrf")
+    if not (expected and isinstance(given, str) and hmac.compare_digest(expected, given)):
+        return _login_page(request, 403, failed=True)
     if await sessions.tokens.authenticate(token) is None:
-        return _page(request, "login.html", 401, me=None, failed=True)
+        return _login_page(request, 401, failed=True)
     response = RedirectResponse("/", status_code=303, headers=HEADERS)
     response.set_cookie(
         COOKIE,
