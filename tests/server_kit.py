@@ -31,15 +31,17 @@ rules:
     effect: require_approval
     reason: Every refund needs a human
     approval_ttl: TTL
+    four_eyes: FOUR_EYES
     match: {tool: issue_refund}
 """
 
 
-def agents_dir(root: Path, *, ttl: float = 3600) -> Path:
+def agents_dir(root: Path, *, ttl: float = 3600, four_eyes: bool = False) -> Path:
     folder = root / "agents"
     folder.mkdir(exist_ok=True)
     shutil.copy(AGENT_FILE.with_name("refund-desk.script.yaml"), folder)
-    (folder / "desk.policy.yaml").write_text(POLICY.replace("TTL", f"{ttl:g}"))
+    policy = POLICY.replace("TTL", f"{ttl:g}").replace("FOUR_EYES", str(four_eyes).lower())
+    (folder / "desk.policy.yaml").write_text(policy)
     text = AGENT_FILE.read_text()
     assert "tenant: demo\n" in text
     text = text.replace("limits:", "policy: desk.policy.yaml\nlimits:")
@@ -103,10 +105,11 @@ async def serving(
     ttl: float = 3600,
     settings: ServerSettings | None = None,
     db: str | None = None,
+    four_eyes: bool = False,
 ) -> AsyncIterator[Kit]:
     worker = WorkerSettings(poll=0.05, heartbeat=0.2, lease=1.0, drain=2.0)
     s = settings or ServerSettings(worker_settings=worker, watch_interval=0.1)
-    app = create_app(db or root / "runs.db", agents_dir(root, ttl=ttl), s)
+    app = create_app(db or root / "runs.db", agents_dir(root, ttl=ttl, four_eyes=four_eyes), s)
     async with app.router.lifespan_context(app):
         tokens = {}
         for role in ROLES:

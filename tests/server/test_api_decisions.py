@@ -131,3 +131,25 @@ def test_expired_approval_is_gone(tmp_path: Path) -> None:
         assert decided["decision"] == "denied" and decided["decidedBy"] == "policy"
 
     run(tmp_path, body, ttl=1)
+
+
+def test_four_eyes_rule(tmp_path: Path) -> None:
+    async def body(kit: Kit) -> None:
+        run_id, call_id = await kit.waiting("admin")
+        version = await kit.version(run_id, call_id)
+        item = (await kit.get(f"/v1/approvals/{run_id}/{call_id}")).json()
+        assert item["policy"]["fourEyes"] is True
+        r = await kit.post(
+            f"/v1/approvals/{run_id}/{call_id}/decision",
+            "admin",
+            headers={"If-Match": version},
+            json={"decision": "approved"},
+        )
+        assert r.status_code == 403 and r.json()["error"]["code"] == "four_eyes"
+        assert not (await kit.get(f"/v1/runs/{run_id}")).json().get("decisions")
+        r = await _decide(kit, run_id, call_id, version, decision="approved")
+        assert r.status_code == 200, r.text
+        doc = await kit.until(run_id, "completed")
+        assert doc["decisions"][0]["principal"] == "approver-ana"
+
+    run(tmp_path, body, four_eyes=True)

@@ -121,6 +121,7 @@ class Review:
     denied: bool = False
     rule_id: str | None = None
     reasons: tuple[str, ...] = ()
+    four_eyes: bool = False
 
 
 def json_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -180,6 +181,7 @@ class GovernedExecutor:
             denied=verdict.effect == "deny",
             rule_id=verdict.rule_id,
             reasons=verdict.reasons,
+            four_eyes=verdict.four_eyes is True,
         )
 
     async def record_approval(

@@ -87,6 +87,7 @@ class CancelIn(_In):
 class PolicyOut(BaseModel):
     ruleId: str | None
     reasons: list[str]
+    fourEyes: bool = False
 
 
 class ApprovalOut(BaseModel):

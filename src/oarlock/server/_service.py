@@ -285,7 +285,11 @@ class Service:
             "runStatus": doc.status,
             "policy": None
             if review is None
-            else {"ruleId": review.rule_id, "reasons": list(review.reasons)},
+            else {
+                "ruleId": review.rule_id,
+                "reasons": list(review.reasons),
+                "fourEyes": review.four_eyes,
+            },
             "decision": pending.decision,
             "decidedBy": pending.principal,
             "version": approval_version(doc.id, pending),
@@ -431,6 +435,17 @@ class Service:
                 "edited arguments go only with an approval", code="edit_needs_approval"
             )
         agent = self._run_agent(stored)
+        review = self._review(agent, stored.document, pending)
+        starter = (stored.document.tags or {}).get("startedBy")
+        if decision == "approved" and review is not None and review.four_eyes and (
+            starter == principal.name
+        ):
+            raise ApiError(
+                    403,
+                    "four_eyes",
+                    f"rule {review.rule_id} asks for four eyes: {principal.name} started "
+                    "this run and may not approve its calls",
+                )
         return await self._runner(agent).decide(
             run_id,
             call_id,
