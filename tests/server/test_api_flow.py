@@ -21,9 +21,6 @@ def test_approve_flow(tmp_path: Path) -> None:
             "reasons": ["Every refund needs a human"],
             "fourEyes": False,
         }
-            "ruleId": "refunds-need-a-human",
-            "reasons": ["Every refund needs a human"],
-        }
         r = await kit.get(f"/v1/approvals/{run_id}/{call_id}", "viewer")
         assert r.headers["etag"] == f'"{item["version"]}"'
         r = await kit.post(
