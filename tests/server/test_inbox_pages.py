@@ -62,6 +62,9 @@ def test_login_cookie_and_headers(tmp_path: Path) -> None:
         assert r.status_code == 200 and "htmx" in r.text[:2000]
         # the session cookie authenticates the API too (same-site requests of the page)
         assert (await c.get("/v1/me")).json()["name"] == "viewer-ana"
+        # but it writes nothing through the API: that takes the token itself
+        r = await c.post("/v1/runs", json={"agent": "refund-desk", "input": "x"})
+        assert r.status_code == 401
         await c.aclose()
 
     run(tmp_path, body)

@@ -24,7 +24,10 @@ async def authenticate(request: Request) -> Principal:
     principal = None
     if scheme.lower() == "bearer" and token.strip():
         principal = await tokens.authenticate(token.strip())
-    if principal is None:
+    if principal is None and request.method in ("GET", "HEAD"):
+        # the inbox's session reads the API (its live updates, a call's raw result); a
+        # write through the API needs the token itself: a cookie is sent by the browser
+        # on its own, a bearer token never is
         session = getattr(request.app.state, "sessions", None)
         if session is not None:
             principal = await session.principal(request)
