@@ -153,3 +153,47 @@ def test_four_eyes_rule(tmp_path: Path) -> None:
         assert doc["decisions"][0]["principal"] == "approver-ana"
 
     run(tmp_path, body, four_eyes=True)
+
+
+def test_racing_clients_of_a_running_server(tmp_path: Path) -> None:
+    """Eight clients, each on its own connection and thread, decide one approval of a
+    running ``oarlock serve`` at once: exactly one 2xx."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from server_kit import serve_process
+
+    with serve_process(tmp_path) as served:
+        tokens = [served.token("approver", f"ana-{i}") for i in range(8)]
+        auth = {"Authorization": f"Bearer {tokens[0]}"}
+        r = httpx.post(
+            f"{served.url}/v1/runs", headers=auth, json={"agent": "refund-desk", "input": "x"}
+        )
+        assert r.status_code == 403  # an approver starts nothing
+        starter = {"Authorization": f"Bearer {served.token('operator', 'ops')}"}
+        run_id = httpx.post(
+            f"{served.url}/v1/runs", headers=starter, json={"agent": "refund-desk", "input": "x"}
+        ).json()["id"]
+        deadline = time.monotonic() + 20
+        while not (
+            found := httpx.get(f"{served.url}/v1/approvals", headers=auth).json()["approvals"]
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        [item] = found
+
+        def decide(token: str) -> int:
+            with httpx.Client(base_url=served.url, timeout=30) as c:
+                return c.post(
+                    f"/v1/approvals/{run_id}/{item['toolCallId']}/decision",
+                    headers={"Authorization": f"Bearer {token}", "If-Match": item["version"]},
+                    json={"decision": "approved"},
+                ).status_code
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            codes = sorted(pool.map(decide, tokens))
+        assert codes == [200] + [409] * 7, codes
+        doc = httpx.get(f"{served.url}/v1/runs/{run_id}", headers=auth).json()
+        assert len(doc["decisions"]) == 1
