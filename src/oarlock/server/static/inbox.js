@@ -33,15 +33,22 @@ function watchInbox() {
   const count = document.getElementById("count");
   const recount = () => { count.textContent = String(body.querySelectorAll("tr[data-key]").length); };
   const source = new EventSource(note.dataset.stream);
-  note.textContent = "Live: new approvals appear here.";
-  source.addEventListener("approval_requested", (e) => {
-    const a = JSON.parse(e.data);
-    const key = a.runId + "/" + a.toolCallId;
-    if ([...body.querySelectorAll("tr[data-key]")].some((r) => r.dataset.key === key)) return;
+  const shown = (key) => [...body.querySelectorAll("tr[data-key]")].some((r) => r.dataset.key === key);
+  const add = (a) => {
+    if (shown(a.runId + "/" + a.toolCallId)) return false;
     const empty = body.querySelector("tr.empty"); if (empty) empty.remove();
     body.insertBefore(inboxRow(a), body.firstChild);
     recount();
-    announce.textContent = "New approval: " + a.tool + " (" + argsText(a.arguments) + ") for " + a.agent;
+    return true;
+  };
+  // what is pending when the stream (re)connects: any approval the page does not show yet
+  source.addEventListener("snapshot", (e) => {
+    const added = JSON.parse(e.data).approvals.filter(add).length;
+    if (added) announce.textContent = added + " new approval" + (added > 1 ? "s" : "");
+  });
+  source.addEventListener("approval_requested", (e) => {
+    const a = JSON.parse(e.data);
+    if (add(a)) announce.textContent = "New approval: " + a.tool + " (" + argsText(a.arguments) + ") for " + a.agent;
   });
   source.addEventListener("approval_decided", (e) => {
     const a = JSON.parse(e.data);
