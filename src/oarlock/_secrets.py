@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 __all__ = [
@@ -67,6 +68,8 @@ _PATTERNS = (
     # provider key shapes
     re.compile(r"()\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"),
 )
+# what text must hold (lowercased) for each pattern to match
+_WORDS = (("authorization",), ("bearer",), ("api", "key"), ("://",), ("sk-",))
 
 
 def register_secret(value: str | None) -> None:
@@ -115,12 +118,23 @@ def register_url(url: str | None) -> None:
         register_named(name, value)
 
 
+# the secrets of the environment, with the environment they were read from: read again
+# only when it changed (a server renders thousands of values a second)
+_env_seen: list[tuple[tuple[Any, ...], list[str]]] = []
+
+
 def _env_secrets() -> list[str]:
+    raw = getattr(os.environ, "_data", None)  # the bytes behind os.environ, on POSIX
+    key = tuple(raw.items()) if isinstance(raw, dict) else None
+    if key is not None and _env_seen and _env_seen[0][0] == key:
+        return list(_env_seen[0][1])
     found = []
     for name, value in os.environ.items():
         upper = name.upper()
         if (upper in _ENV_NAMES or upper.endswith(_ENV_SUFFIXES)) and len(value) >= _MIN_SECRET:
             found.append(value)
+    if key is not None:
+        _env_seen[:] = [(key, found)]
     return found
 
 
@@ -141,8 +155,12 @@ def redact(text: str) -> str:
     for secret in secrets_known():
         if secret in text:
             text = text.replace(secret, REDACTED)
-    for pattern in _PATTERNS:
-        text = pattern.sub(_keep_prefix, text)
+    # ASCII text lacking a pattern's words cannot match it: skip the scan (the patterns
+    # cost most of a large text's redaction); other text is scanned by every pattern
+    low = text.lower() if text.isascii() else None
+    for pattern, words in zip(_PATTERNS, _WORDS, strict=True):
+        if low is None or all(w in low for w in words):
+            text = pattern.sub(_keep_prefix, text)
     return text
 
 

@@ -32,8 +32,8 @@ from oarlock.cli import build_parser
 from oarlock.demo import AGENT_FILE
 
 NEVER = {"-h", "--help", "--version"}
-# demo runs the whole demo, worker runs until stopped: covered by their own tests
-SKIP = {"demo", "worker"}
+# demo runs the whole demo, worker and serve run until stopped: covered by their own tests
+SKIP = {"demo", "worker", "serve"}
 
 
 @dataclass(frozen=True)

@@ -490,3 +490,50 @@ def test_denial_by_policy_says_so_in_the_result() -> None:
         assert RAN == []
 
     run(go())
+
+
+def test_an_edit_the_policy_denies_is_refused_before_anything_is_kept():
+    """An edited approval is judged by the policy as the call would be: an edit the policy
+    denies is refused (edit_denied) and nothing changes; one it allows is kept."""
+    from oarlock.governance import RulePolicy
+
+    policy = RulePolicy.from_dict(
+        {
+            "policy": "desk",
+            "rules": [
+                {
+                    "id": "big-refunds",
+                    "effect": "deny",
+                    "reason": "over 100 goes to finance",
+                    "match": {"tool": "refund", "arguments": {"amount": {"gt": 100}}},
+                }
+            ],
+        }
+    )
+    turns = [
+        {"tool_calls": [{"id": "c1", "name": "refund", "arguments": {"order_id": "o1",
+                                                                     "amount": 90}}]},
+        {"text": "done"},
+    ]  # fmt: skip
+    agent = Agent("desk", ScriptedModel(turns), tools=[refund], policy=policy)
+    store = ValidatingStore(MemoryStore())
+    runner = Runner(agent, store)
+
+    async def main() -> None:
+        doc = await runner.start("refund o1")
+        assert doc.status == "waiting_approval"
+        before = await store.load(doc.id)
+        with pytest.raises(DecisionRefused) as refused:
+            await runner.decide(doc.id, "c1", "approved",
+                                edited_arguments={"order_id": "o1", "amount": 500})  # fmt: skip
+        assert refused.value.code == "edit_denied"
+        assert "big-refunds" in str(refused.value) and "finance" in str(refused.value)
+        after = await store.load(doc.id)
+        assert after.version == before.version
+        doc = await runner.decide(doc.id, "c1", "approved",
+                                  edited_arguments={"order_id": "o1", "amount": 60})  # fmt: skip
+        doc = await runner.resume(doc.id)
+        assert doc.status == "completed"
+        assert RAN == [("refund", {"order_id": "o1", "amount": 60})]
+
+    run(main())

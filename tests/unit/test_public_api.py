@@ -318,3 +318,17 @@ def test_the_cedar_engine_loads_on_first_use():
     assert oarlock.governance.CedarPolicy.__name__ == "CedarPolicy"
     with pytest.raises(AttributeError):
         _ = oarlock.governance.NoSuchEngine
+
+
+SERVER_ALL = ["ServerSettings", "create_app"]
+
+
+def test_server_all_is_pinned_and_the_cli_does_not_load_it():
+    import oarlock.server
+
+    assert list(oarlock.server.__all__) == SERVER_ALL
+    for name in SERVER_ALL:
+        assert getattr(oarlock.server, name) is not None, name
+    loaded = _modules_after("import oarlock.cli; oarlock.cli.build_parser()")
+    assert not {m for m in loaded if m.split(".")[0] in ("fastapi", "starlette", "uvicorn")}
+    assert "oarlock.server" not in loaded

@@ -99,13 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long each MCP server may take to start and list its tools (default 30)",
     )
     p.set_defaults(handler="oarlock.cli._check:run_check")
+    from oarlock.cli._server import add_commands
+
+    add_commands(sub)
     _db_after_the_command(parser)
     return parser
 
 
 # the commands that open the run database, by the module that handles them
 _DB_HANDLERS = ("oarlock.cli._runs:", "oarlock.cli._governance:", "oarlock.cli._worker:",
-                "oarlock.cli._demo:")  # fmt: skip
+                "oarlock.cli._demo:", "oarlock.cli._server:")  # fmt: skip
 
 
 def _db_after_the_command(parser: argparse.ArgumentParser) -> None:

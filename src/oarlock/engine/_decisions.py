@@ -206,6 +206,14 @@ class Decisions:
             raise DecisionRefused(
                 f"the call's arguments are invalid: {exc}", code="invalid_edit"
             ) from None
+        if checked is not None:  # an edit is judged by the policy as the call would be
+            review = self.executor.review(tool, arguments, self._ctx(doc))
+            if review.denied:
+                rule = f" (rule {review.rule_id})" if review.rule_id else ""
+                why = "; ".join(review.reasons) or "no reason given"
+                raise DecisionRefused(
+                    f"the policy denies the edited call{rule}: {why}", code="edit_denied"
+                )
         now = self.clock()
         if expires_in is not None and not (
             isinstance(expires_in, int | float)

@@ -114,10 +114,15 @@ class CallContext:
 @dataclass(frozen=True, slots=True)
 class Review:
     """The planning verdict on a call: whether a human must approve it first, and by when
-    (seconds from now) the approval must come."""
+    (seconds from now) the approval must come; whether the policy denies it outright, and
+    the rule and reasons that decided."""
 
     needs_approval: bool
     ttl_seconds: float | None = None
+    denied: bool = False
+    rule_id: str | None = None
+    reasons: tuple[str, ...] = ()
+    four_eyes: bool = False
 
 
 def json_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +176,14 @@ class GovernedExecutor:
     # -- planning and decisions ---------------------------------------------------------
     def review(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> Review:
         verdict = self._evaluate(tool, arguments, ctx)
-        return Review(verdict.effect == "require_approval", verdict.approval_ttl_seconds)
+        return Review(
+            verdict.effect == "require_approval",
+            verdict.approval_ttl_seconds,
+            denied=verdict.effect == "deny",
+            rule_id=verdict.rule_id,
+            reasons=verdict.reasons,
+            four_eyes=verdict.four_eyes is True,
+        )
 
     async def record_approval(
         self,

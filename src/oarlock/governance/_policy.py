@@ -55,6 +55,9 @@ tool that asks for a human) is a standing approval given by the rule; its lifeti
 the rule's ``approval_ttl``. A ``require_approval`` verdict carries the deadline of the
 approval it asks for: the rule's ``approval_ttl``, else the policy's.
 
+A ``require_approval`` rule may say ``four_eyes: true``: the approval it asks for may not
+be given by whoever started the run (``oarlock serve`` refuses it, ``four_eyes``).
+
 ``version`` is the digest (RFC 8785 JSON, SHA-256) of the parsed policy: the same
 content always has the same version, comments and formatting aside.
 """
@@ -118,6 +121,7 @@ class PolicyVerdict:
     approval_ttl_seconds: float | None = None
     sandbox_egress: str | None = None  # the egress profile a sandboxed call must get
     sandbox_isolation: str | None = None  # the least isolation it may run under
+    four_eyes: bool = False  # the approval it asks for: not by whoever started the run
 
 
 @runtime_checkable
@@ -389,7 +393,7 @@ def _scope(
     return tuple(compiled)
 
 
-_RULE_KEYS = ("id", "effect", "reason", "approval_ttl", "sandbox", "match")
+_RULE_KEYS = ("id", "effect", "reason", "approval_ttl", "four_eyes", "sandbox", "match")
 _SANDBOX_KEYS = ("egress", "isolation")
 _EGRESS = ("none", "loopback", "allowlist", "host")
 _ISOLATION = ("bubblewrap", "unshare")
@@ -424,6 +428,7 @@ def _compile(raw: Any, index: int, default_ttl: float | None, problems: Problems
             problems.add(f"{ctx}: approval_ttl: a deny rule gives or asks for no approval")
         else:
             ttl = problems.check(_ttl, raw["approval_ttl"], f"{ctx}: approval_ttl")
+    four_eyes = _four_eyes(raw, effect, ctx, problems)
     egress, isolation = _sandbox(raw, effect, ctx, problems)
     match = _keys(raw.get("match", {}), f"{ctx}: match", problems, _MATCH_KEYS) or {}
     tools = None
@@ -447,8 +452,21 @@ def _compile(raw: Any, index: int, default_ttl: float | None, problems: Problems
     verdict = PolicyVerdict(effect, rule_id, why, None, egress, isolation)
     if effect == "require_approval":
         ttl = ttl or default_ttl
-        verdict = standing = PolicyVerdict(effect, rule_id, why, ttl, egress, isolation)
+        verdict = standing = PolicyVerdict(
+            effect, rule_id, why, ttl, egress, isolation, four_eyes
+        )
     return _Rule(rule_id, tools, classes, scope, arguments, verdict, standing)
+
+
+def _four_eyes(raw: dict[str, Any], effect: Any, ctx: str, problems: Problems) -> bool:
+    """A rule's ``four_eyes``: whether whoever started the run may not approve the call."""
+    value = raw.get("four_eyes", False)
+    if not isinstance(value, bool):
+        problems.add(f"{ctx}: four_eyes: expected true or false, got {_show(value)}")
+        return False
+    if value and effect != "require_approval":
+        problems.add(f"{ctx}: four_eyes: only a require_approval rule asks for an approver")
+    return bool(value)
 
 
 def _sandbox(
