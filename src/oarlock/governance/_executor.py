@@ -104,6 +104,10 @@ class CallContext:
     replay_of: str | None = None  # a replay's original run: side effects are not repeated
     fence: Lease | None = None
     deps: Any = None  # the caller's dependencies, for tools that take the RunContext
+    # a retry of this very call after its earlier attempt was given up for dead (an
+    # orchestrator retrying the activity that made it): a claim of this run left without a
+    # receipt is stale at once, whatever its owner looks like from here
+    retried: bool = False
 
     @property
     def tenant(self) -> str:
@@ -435,7 +439,8 @@ class GovernedExecutor:
                 ),
             )
         deadline = time.monotonic() + self.duplicate_wait
-        while held.receipt is None and not _stale(held):
+        given_up = c.ctx.retried and claim.run_id == c.ctx.run_id
+        while held.receipt is None and not (given_up or _stale(held)):
             if time.monotonic() >= deadline:
                 return await self._deny(
                     c,
