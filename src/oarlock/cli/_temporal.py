@@ -82,7 +82,6 @@ async def decide(args: argparse.Namespace, store: RunStore, doc: RunDocument) ->
     """A decision on a run Temporal drives: the run's decision update."""
     from oarlock.cli._keys import principal_default
     from oarlock.cli._runs import _edited
-
     from oarlock.errors import DecisionRefused
 
     temporal = _module()
