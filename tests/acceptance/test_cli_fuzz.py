@@ -32,8 +32,9 @@ from oarlock.cli import build_parser
 from oarlock.demo import AGENT_FILE
 
 NEVER = {"-h", "--help", "--version"}
-# demo runs the whole demo, worker runs until stopped: covered by their own tests
-SKIP = {"demo", "worker"}
+# demo runs the whole demo, worker and temporal worker run until stopped: covered by their
+# own tests
+SKIP = {"demo", "worker", "temporal"}
 
 
 @dataclass(frozen=True)

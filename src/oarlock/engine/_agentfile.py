@@ -112,9 +112,7 @@ _TOOL = (
     "timeout_seconds",
     "idempotency_key",
     "sandbox",
-    "engine",
 )
-_ENGINES = ("native", "temporal")
 _SCOPE = ("project", "environment", "principal", "labels")
 _LIMITS = ("max_turns", "max_cost_usd", "max_input_tokens", "max_output_tokens")
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -511,7 +509,9 @@ _KEYS = (
     "pricing",
     "approvers",
     "sandbox",
+    "engine",
 )
+_ENGINES = ("native", "temporal")
 
 
 @dataclass
