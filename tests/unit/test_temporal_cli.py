@@ -38,7 +38,8 @@ def test_engine_key(tmp_path):
 def test_unreachable_frontend_is_refused_and_stores_nothing(tmp_path):
     db, agent = tmp_path / "runs.db", str(_agent(tmp_path, "temporal"))
     done = subprocess.run(
-        [sys.executable, "-m", "oarlock.cli", "--db", str(db), "run", agent, "hello", "--address", "127.0.0.1:1", "--task-queue", "\x1b[31mq"],
+        [sys.executable, "-m", "oarlock.cli", "--db", str(db), "run", agent, "hello",
+         "--address", "127.0.0.1:1", "--task-queue", "\x1b[31mq"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 1
