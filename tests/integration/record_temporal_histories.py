@@ -10,6 +10,7 @@ change but a new workflow name); a change behind ``workflow.patched`` must repla
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -17,13 +18,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from temporal_env import address, agent_file, agent_folder, dev_server  # noqa: E402
-from temporalio.client import Client, WorkflowUpdateFailedError  # noqa: E402
+from temporal_env import address, agent_file, agent_folder, dev_server
+from temporalio.client import Client, WorkflowUpdateFailedError
 
-from oarlock.demo import AGENT_FILE as DEMO_FILE  # noqa: E402
-from oarlock.engine._agentfile import load_agent  # noqa: E402
-from oarlock.store import SQLiteStore  # noqa: E402
-from oarlock.temporal import (  # noqa: E402
+from oarlock.demo import AGENT_FILE as DEMO_FILE
+from oarlock.engine._agentfile import load_agent
+from oarlock.store import SQLiteStore
+from oarlock.temporal import (
     RunOptions,
     TemporalTarget,
     cancel_run,
@@ -32,7 +33,7 @@ from oarlock.temporal import (  # noqa: E402
     settled,
     start_run,
 )
-from oarlock.temporal._types import DECIDE_UPDATE, Decision  # noqa: E402
+from oarlock.temporal._types import DECIDE_UPDATE, Decision
 
 DEMO = str(DEMO_FILE)
 OPTIONS = RunOptions(heartbeat_seconds=2.0, model_seconds=30.0, tool_seconds=60.0,
@@ -74,12 +75,10 @@ async def main(out: Path) -> None:
 
             run = await start(DEMO, "Refund order A-1001")
             waiting = (await store.load(run)).document
-            try:
+            with contextlib.suppress(WorkflowUpdateFailedError):  # refused: nothing recorded
                 await env.client.get_workflow_handle(run).execute_update(
                     DECIDE_UPDATE, Decision("call_2_1", "approved", "sha256:0")
                 )
-            except WorkflowUpdateFailedError:
-                pass
             await decide_run(env.client, waiting, "call_2_1", "denied", reason="too much")
             await _save(env.client, run, out, "denied")
 
