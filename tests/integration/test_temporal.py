@@ -23,6 +23,7 @@ from temporal_env import (
     dev_server,
     effects,
     environment,
+    free_port,
     oarlock,
     wait_for,
 )
@@ -349,5 +350,37 @@ def test_cancel_signal_cancels_the_run(tmp_path: Path) -> None:
         assert done["status"] == "cancelled"
         assert stored.status == "cancelled"
         assert stored.error == "the customer withdrew"
+
+    asyncio.run(main())
+
+
+def test_dev_server_restarted_on_its_file_mid_run(tmp_path: Path) -> None:
+    port, history_db = free_port(), tmp_path / "temporal.db"
+
+    async def main() -> None:
+        agent = load_agent(DEMO)
+        async with SQLiteStore(tmp_path / "t.db", create=True) as store:
+            async with await dev_server(history_db, port) as env:
+                worker, activities = make_worker(env.client, store, "restart")
+                async with worker:
+                    doc = await start_run(env.client, store, agent, "Refund order A-1001",
+                                          TemporalTarget(address(env), "restart"),
+                                          agent_ref=DEMO, options=QUICK)  # fmt: skip
+                    await settled(env.client, doc.id)
+                await activities.aclose()
+            waiting = (await store.load(doc.id)).document
+            assert waiting.status == "waiting_approval"
+            async with await dev_server(history_db, port) as env:
+                worker, activities = make_worker(env.client, store, "restart")
+                async with worker:
+                    call = waiting.pending_approvals[0].tool_call_id
+                    await decide_run(env.client, waiting, call, "approved", principal="user:ana")
+                    done = await _result(env.client.get_workflow_handle(doc.id))
+                    await _replays(env.client, doc.id)
+                await activities.aclose()
+            stored = (await store.load(doc.id)).document
+        assert done["status"] == "completed"
+        assert stored.status == "completed"
+        assert stored.decisions[0].decision == "approved"
 
     asyncio.run(main())
