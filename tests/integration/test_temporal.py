@@ -384,3 +384,40 @@ def test_dev_server_restarted_on_its_file_mid_run(tmp_path: Path) -> None:
         assert stored.decisions[0].decision == "approved"
 
     asyncio.run(main())
+
+
+def test_continue_as_new_when_the_server_suggests_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        agent = load_agent(DEMO)
+        suggest = "limit.historyCount.suggestContinueAsNew=12"
+        async with await dev_server(None, None, suggest) as env, SQLiteStore(
+            tmp_path / "t.db", create=True
+        ) as store:
+            worker, activities = make_worker(env.client, store, "can")
+            async with worker:
+                doc = await start_run(env.client, store, agent, "Refund order A-1001",
+                                      TemporalTarget(address(env), "can"),
+                                      agent_ref=DEMO, options=QUICK)  # fmt: skip
+                await settled(env.client, doc.id)
+                waiting = (await store.load(doc.id)).document
+                call = waiting.pending_approvals[0].tool_call_id
+                await decide_run(env.client, waiting, call, "approved", principal="user:ana")
+                handle = env.client.get_workflow_handle(doc.id)
+                done = await _result(handle)
+                last = await handle.fetch_history()
+                started = last.events[0].workflow_execution_started_event_attributes
+                earlier = started.continued_execution_run_id  # the run it continues
+                assert earlier
+                history = await env.client.get_workflow_handle(
+                    doc.id, run_id=earlier).fetch_history()  # fmt: skip
+                for replayed in (history, last):
+                    await Replayer(workflows=[RunWorkflow], workflow_runner=workflow_runner()
+                                   ).replay_workflow(replayed)  # fmt: skip
+            await activities.aclose()
+            stored = (await store.load(doc.id)).document
+        kinds = [e.WhichOneof("attributes") for e in history.events]
+        assert kinds[-1] == "workflow_execution_continued_as_new_event_attributes"
+        assert done["status"] == "completed"
+        assert stored.status == "completed"
+
+    asyncio.run(main())
