@@ -4,9 +4,10 @@ For every call it builds a tool-invocation-v1 record and, in this order:
 
 1. looks for the call's idempotency claim: a key that is held already is never run again
    (same arguments: the prior receipt is returned, identical; other arguments: refused;
-   still running elsewhere: wait, bounded; cut off by a crash, or taken under a lease
-   epoch its run has left: Uncertain for a side-effecting tool, a new attempt for a
-   ``read`` or ``sandbox`` one);
+   still running elsewhere: wait, bounded; cut off by a crash, taken under a lease
+   epoch its run has left, or left by an attempt of this very run's call that an
+   orchestrator gave up for dead (``CallContext.retried``): Uncertain for a
+   side-effecting tool, a new attempt for a ``read`` or ``sandbox`` one);
 2. asks the policy (an error in the policy denies);
 3. for ``shared-write`` and above, or when the policy asks for one, finds the approval of
    this very call in its own store (never a caller's word) and checks that it covers this
