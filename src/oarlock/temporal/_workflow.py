@@ -47,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
         Decision,
         Progress,
         ReconcileInput,
-        RunOptions,
         RunStart,
         Snapshot,
         StepInput,
@@ -66,12 +65,14 @@ _RETRY = RetryPolicy(
 
 @workflow.defn(name=WORKFLOW)
 class RunWorkflow:
-    def __init__(self) -> None:
-        self.run_id = ""
-        self.options = RunOptions()
-        self.snap: Snapshot | None = None
+    @workflow.init
+    def __init__(self, start: RunStart) -> None:
+        # from the input, before any handler runs: an update or signal delivered with the
+        # first task of a run (one continued as new, say) sees the run as it stands
+        self.run_id, self.options = start.run_id, start.options
+        self.snap: Snapshot | None = start.snapshot
+        self.cancel_reason: str | None = start.cancel_reason
         self.running: dict[str, asyncio.Task[Snapshot | None]] = {}
-        self.cancel_reason: str | None = None
         self.failure: str | None = None
 
     # -- handlers -----------------------------------------------------------------------
@@ -132,8 +133,6 @@ class RunWorkflow:
     # -- the run ------------------------------------------------------------------------
     @workflow.run
     async def run(self, start: RunStart) -> Snapshot:
-        self.run_id, self.options = start.run_id, start.options
-        self.snap, self.cancel_reason = start.snapshot, start.cancel_reason
         if self.snap is None:
             self._see(await self._step(0))
         while True:
@@ -146,7 +145,9 @@ class RunWorkflow:
                 return snap
             if not self.running and workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(RunStart(self.run_id, self.options, self.snap))
+                workflow.continue_as_new(
+                    RunStart(self.run_id, self.options, self.snap, self.cancel_reason)
+                )
             if snap.next == "model" and not self.running:
                 await self._watched(self._step(snap.version))
             elif snap.next == "tools":
