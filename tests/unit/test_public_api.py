@@ -284,3 +284,32 @@ def test_the_cedar_engine_loads_on_first_use():
     assert oarlock.governance.CedarPolicy.__name__ == "CedarPolicy"
     with pytest.raises(AttributeError):
         _ = oarlock.governance.NoSuchEngine
+
+
+TEMPORAL_ALL = [
+    "Activities",
+    "Progress",
+    "RunOptions",
+    "RunWorkflow",
+    "Snapshot",
+    "TemporalTarget",
+    "cancel_run",
+    "connect",
+    "decide_run",
+    "driven_by",
+    "make_worker",
+    "settled",
+    "start_run",
+    "workflow_runner",
+]
+
+
+def test_temporal_all_is_pinned_and_temporal_loads_only_with_it():
+    import oarlock.temporal
+
+    assert list(oarlock.temporal.__all__) == TEMPORAL_ALL
+    for name in TEMPORAL_ALL:
+        assert getattr(oarlock.temporal, name) is not None, name
+    for code in ("import oarlock", "import oarlock.engine", "import oarlock.cli; "
+                 "oarlock.cli.build_parser()"):  # fmt: skip
+        assert "temporalio" not in _modules_after(code), code
