@@ -297,6 +297,7 @@ TEMPORAL_ALL = [
     "connect",
     "decide_run",
     "driven_by",
+    "has_worker",
     "make_worker",
     "settled",
     "start_run",

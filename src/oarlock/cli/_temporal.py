@@ -68,12 +68,29 @@ async def start(
     )
     if args.detach:
         print(f"run {line(doc.id)} started on Temporal (task queue {line(target.task_queue)})")
+        await _worker_advice(client, target)
         return doc
-    return await _settled(client, store, doc.id)
+    return await _settled(client, store, doc.id, target)
 
 
-async def _settled(client: Client, store: RunStore, run_id: str) -> RunDocument:
-    await _module().settled(client, run_id)
+async def _worker_advice(client: Client, target: TemporalTarget) -> bool:
+    """Say how to start a worker when none polls the run's task queue; whether one does."""
+    if await _module().has_worker(client, target.task_queue):
+        return True
+    print(
+        f"no Temporal worker polls task queue {line(target.task_queue)}: the run goes on when "
+        f"one does; start one with: oarlock temporal worker --address {line(target.address)} "
+        f"--task-queue {line(target.task_queue)}"
+    )
+    return False
+
+
+async def _settled(
+    client: Client, store: RunStore, run_id: str, target: TemporalTarget
+) -> RunDocument:
+    """The run once its workflow is done or waits (at once when no worker polls)."""
+    if await _worker_advice(client, target):
+        await _module().settled(client, run_id)
     stored = await store.load(run_id)
     return stored.document
 
@@ -110,7 +127,7 @@ async def decide(args: argparse.Namespace, store: RunStore, doc: RunDocument) ->
     print(f"{line(args.call_id)}: {args.decision}", flush=True)
     if args.no_resume:
         return (await store.load(doc.id)).document
-    return await _settled(client, store, doc.id)
+    return await _settled(client, store, doc.id, target)
 
 
 async def cancel(doc: RunDocument, reason: str | None) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "connect",
     "decide_run",
     "driven_by",
+    "has_worker",
     "make_worker",
     "settled",
     "start_run",
@@ -174,6 +175,26 @@ async def start_run(
         raise ConfigError(f"the run's workflow could not be started: {exc}",
                           code="temporal_unreachable") from None  # fmt: skip
     return doc
+
+
+async def has_worker(client: Client, task_queue: str) -> bool:
+    """Whether a worker polls ``task_queue`` for workflow tasks now (or did a moment
+    ago)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    try:
+        described = await client.workflow_service.describe_task_queue(request)
+    except RPCError as exc:
+        raise ConfigError(f"cannot describe task queue {task_queue}: {exc}",
+                          code="temporal_unreachable") from None  # fmt: skip
+    return bool(described.pollers)
 
 
 async def settled(client: Client, run_id: str, *, poll: float = 0.1) -> Progress:
