@@ -421,3 +421,30 @@ def test_continue_as_new_when_the_server_suggests_it(tmp_path: Path) -> None:
         assert stored.status == "completed"
 
     asyncio.run(main())
+
+
+def test_a_run_started_with_no_worker_says_so_and_goes_on_when_one_comes(tmp_path: Path) -> None:
+    env_vars = environment(tmp_path)
+    db = tmp_path / "runs.db"
+
+    async def main() -> None:
+        async with await dev_server() as env:
+            target = address(env)
+            run = await asyncio.to_thread(
+                oarlock, db, env_vars, "run", DEMO, "Refund order A-1001", "--on", "temporal",
+                "--address", target, "--task-queue", "later",
+            )  # fmt: skip
+            assert run.returncode == 0, run.stderr
+            assert "no Temporal worker polls task queue later" in run.stdout
+            assert "running after 0 turns" in run.stdout
+            worker = TemporalWorkerProcess(db, env_vars, target, "later")
+            try:
+                async with SQLiteStore(db) as store:
+                    [summary] = await store.list_runs()
+                    progress = await asyncio.wait_for(settled(env.client, summary.id), TIMEOUT)
+            finally:
+                assert worker.stop() == 0, worker.lines
+        assert progress.snapshot is not None
+        assert progress.snapshot.status == "waiting_approval"
+
+    asyncio.run(main())
