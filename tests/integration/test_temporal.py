@@ -448,3 +448,44 @@ def test_a_run_started_with_no_worker_says_so_and_goes_on_when_one_comes(tmp_pat
         assert progress.snapshot.status == "waiting_approval"
 
     asyncio.run(main())
+
+
+def test_runs_on_temporal_over_postgresql_with_two_workers() -> None:
+    import pgtest
+    from oarlock.store import PostgresStore
+
+    url = pgtest.new_database()
+
+    async def main() -> None:
+        agent = load_agent(DEMO)
+        async with await dev_server() as env:
+            one, two = PostgresStore(url), PostgresStore(url)
+            other = await Client.connect(address(env))  # a second worker: another client
+            (w1, a1), (w2, a2) = (make_worker(c, s, "fleet")
+                                  for c, s in ((env.client, one), (other, two)))  # fmt: skip
+            try:
+                async with w1, w2:
+                    docs = [await start_run(env.client, one, agent, "Refund order A-1001",
+                                            TemporalTarget(address(env), "fleet"),
+                                            agent_ref=DEMO, options=QUICK)
+                            for _ in range(3)]  # fmt: skip
+                    for doc in docs:
+                        await settled(env.client, doc.id)
+                        waiting = (await two.load(doc.id)).document
+                        call = waiting.pending_approvals[0].tool_call_id
+                        await decide_run(env.client, waiting, call, "approved", principal="u:a")
+                    done = [await _result(env.client.get_workflow_handle(d.id)) for d in docs]
+                    receipts = [await one.governance().receipts(run_id=d.id) for d in docs]
+            finally:
+                await a1.aclose()
+                await a2.aclose()
+                await one.close()
+                await two.close()
+        assert [d["status"] for d in done] == ["completed"] * 3
+        every = [r for listed in receipts for r in listed]
+        assert {r.receipt["status"] for r in every} == {"Succeeded"}
+        # the refund is keyed by its order: made once, replayed to the two later runs
+        assert sorted(r.invocation["toolId"] for r in every).count("issue_refund") == 1
+        assert len(every) == 7
+
+    asyncio.run(main())
