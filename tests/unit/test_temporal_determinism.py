@@ -29,7 +29,7 @@ BANNED_ATTRIBUTES = {
     "now", "utcnow", "today", "time", "monotonic", "perf_counter", "sleep", "random",
     "uuid4", "getenv", "environ", "run_in_executor", "to_thread", "get_event_loop",
 }  # fmt: skip
-ALLOWED_CALLS = {("workflow", "now")}  # the workflow's own, deterministic clock
+ALLOWED_CALLS = {("workflow", "now"), ("workflow", "sleep")}  # the workflow's clock and timers
 
 
 def _tree(module: object) -> ast.Module:

@@ -156,7 +156,10 @@ class RunWorkflow:
             else:
                 await self._wait_change(self._deadline())
                 if self._lapsed():
+                    before = snap.version
                     self._see(await self._reconcile(ReconcileInput(self.run_id, expire=True)))
+                    if self.snap is not None and self.snap.version == before:
+                        await workflow.sleep(1)  # the store's clock is behind: look again
 
     def _see(self, snap: Snapshot | None) -> None:
         """Keep the newest snapshot (a commit's version orders them)."""
