@@ -489,3 +489,42 @@ def test_runs_on_temporal_over_postgresql_with_two_workers() -> None:
         assert len(every) == 7
 
     asyncio.run(main())
+
+
+def test_an_expiry_the_store_clock_has_not_reached_is_looked_at_again(tmp_path: Path) -> None:
+    from temporalio.worker import Worker
+
+    from oarlock.formats._time import now_rfc3339, shift_rfc3339
+    from oarlock.temporal import Activities
+
+    folder = agent_folder(tmp_path)
+    turns = [{"tool_calls": [{"name": "pay", "arguments": {"order": "S-1", "amount": 5}}]},
+             {"text": "not refunded"}]  # fmt: skip
+    path = agent_file(folder, "skewed", turns, "policy: skewed\napproval_ttl: 3\nrules: []\n")
+    os.environ.setdefault("EFFECTS", str(tmp_path / "effects.jsonl"))
+
+    def behind() -> str:  # the store's clock, 5 s behind the workflow's
+        return shift_rfc3339(now_rfc3339(), -5)
+
+    async def main() -> None:
+        async with await dev_server() as env, SQLiteStore(tmp_path / "t.db", create=True) as store:
+            activities = Activities(store, clock=behind)
+            worker = Worker(env.client, task_queue="skew", workflows=[RunWorkflow],
+                            activities=activities.all(), workflow_runner=workflow_runner())
+            async with worker:
+                doc = await start_run(env.client, store, load_agent(path), "go",
+                                      TemporalTarget(address(env), "skew"),
+                                      agent_ref=str(path), options=QUICK)  # fmt: skip
+                handle = env.client.get_workflow_handle(doc.id)
+                done = await _result(handle)
+                history = await handle.fetch_history()
+                await _replays(env.client, doc.id)
+            stored = (await store.load(doc.id)).document
+        assert done["status"] == "completed"
+        assert stored.decisions[0].decision == "denied"
+        kinds = [e.WhichOneof("attributes") for e in history.events]
+        # the workflow saw the deadline pass at once, the store 3 s later: looked again
+        assert "marker_recorded_event_attributes" in kinds  # the patch, taken
+        assert kinds.count("timer_started_event_attributes") >= 2
+
+    asyncio.run(main())
