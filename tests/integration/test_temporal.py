@@ -528,3 +528,38 @@ def test_an_expiry_the_store_clock_has_not_reached_is_looked_at_again(tmp_path: 
         assert kinds.count("timer_started_event_attributes") >= 2
 
     asyncio.run(main())
+
+
+def test_a_failing_store_is_retried_and_its_secrets_stay_out_of_history(tmp_path: Path) -> None:
+    from oarlock.errors import StoreError
+
+    secret = "postgresql://oarlock:hunter2-not-shown@db.internal/oarlock"
+
+    async def main() -> None:
+        agent = load_agent(DEMO)
+        async with await dev_server() as env, SQLiteStore(tmp_path / "t.db", create=True) as store:
+            real_load, failed = store.load, []
+
+            async def flaky(run_id: str) -> Any:
+                if len(failed) < 2:
+                    failed.append(run_id)
+                    raise StoreError(f"cannot reach {secret}: connection refused")
+                return await real_load(run_id)
+
+            worker, activities = make_worker(env.client, store, "flaky")
+            async with worker:
+                doc = await start_run(env.client, store, agent, "Refund order A-1001",
+                                      TemporalTarget(address(env), "flaky"),
+                                      agent_ref=DEMO, options=QUICK)  # fmt: skip
+                store.load = flaky  # type: ignore[method-assign]
+                progress = await settled(env.client, doc.id)
+                history = await env.client.get_workflow_handle(doc.id).fetch_history()
+            await activities.aclose()
+        assert len(failed) == 2
+        assert progress.snapshot is not None
+        assert progress.snapshot.status == "waiting_approval"
+        text = history.to_json()
+        assert "hunter2" not in text
+        assert "[redacted]" in text  # the failure, as recorded: its message, redacted
+
+    asyncio.run(main())

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -160,6 +161,30 @@ async def _heartbeats() -> AsyncIterator[None]:
         await asyncio.gather(task, return_exceptions=True)
 
 
+A = TypeVar("A")
+S = TypeVar("S", bound="Activities")
+
+
+def _guarded(
+    body: Callable[[S, A], Awaitable[Snapshot]],
+) -> Callable[[S, A], Awaitable[Snapshot]]:
+    """What an activity raises reaches the workflow's history: a failure nobody expected
+    (the store down, say) is retried as an error holding its redacted message only,
+    never its traceback or its causes."""
+
+    @functools.wraps(body)
+    async def guarded(self: S, given: A) -> Snapshot:
+        try:
+            return await body(self, given)
+        except (ApplicationError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            why = sanitize(redact(f"{type(exc).__name__}: {exc}"), max_chars=2000)
+            raise ApplicationError(why, type=type(exc).__name__) from None
+
+    return guarded
+
+
 def _refusal(exc: OarlockError) -> ApplicationError:
     kind = "DecisionRefused" if isinstance(exc, DecisionRefused | RunStateError) else "RunGone"
     return ApplicationError(f"{exc} ({exc.code})", type=kind, non_retryable=True)
@@ -252,6 +277,7 @@ class Activities:
 
     # -- the activities -----------------------------------------------------------------
     @activity.defn(name=MODEL_STEP)
+    @_guarded
     async def model_step(self, step: StepInput) -> Snapshot:
         stored = await self._load(step.run_id)
         runner = await self._runner(stored)
@@ -277,6 +303,7 @@ class Activities:
         return snapshot(doc, version, limits)
 
     @activity.defn(name=TOOL_CALL)
+    @_guarded
     async def tool_call(self, call_in: ToolInput) -> Snapshot:
         stored = await self._load(call_in.run_id)
         runner = await self._runner(stored)
@@ -333,6 +360,7 @@ class Activities:
         return await runner._executed(tool, call, valid, ctx)
 
     @activity.defn(name=DECIDE)
+    @_guarded
     async def decide(self, given: DecideInput) -> Snapshot:
         stored = await self._load(given.run_id)
         runner = await self._runner(stored)
@@ -369,6 +397,7 @@ class Activities:
         return snapshot(again.document, again.version, runner.agent.limits)
 
     @activity.defn(name=RECONCILE)
+    @_guarded
     async def reconcile(self, what: ReconcileInput) -> Snapshot:
         stored = await self._load(what.run_id)
         runner = await self._runner(stored)
