@@ -323,6 +323,11 @@ def test_update_with_another_arguments_hash_is_rejected(tmp_path: Path) -> None:
                 with pytest.raises(DecisionRefused):  # a decision on an unknown call
                     await decide_run(env.client, waiting.document, "call_9", "denied",
                                      reason="no")  # fmt: skip
+                with pytest.raises(DecisionRefused) as handler_refused:  # by the decision path
+                    await decide_run(env.client, waiting.document, call, "responded",
+                                     response="done by hand")  # fmt: skip
+                assert "does not let a human answer" in str(handler_refused.value)
+                assert (await store.load(doc.id)).version == waiting.version
                 await decide_run(env.client, waiting.document, call, "denied", reason="too much")
                 done = await _result(handle)
                 await _replays(env.client, doc.id)
