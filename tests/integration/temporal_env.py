@@ -108,15 +108,18 @@ def agent_folder(tmp: Path) -> Path:
     return folder
 
 
-def agent_file(folder: Path, name: str, turns: list[dict[str, Any]], policy: str) -> Path:
-    """An agent file named ``name`` whose scripted model takes ``turns``."""
+def agent_file(
+    folder: Path, name: str, turns: list[dict[str, Any]], policy: str, extra: str = ""
+) -> Path:
+    """An agent file named ``name`` whose scripted model takes ``turns`` (``extra``: more
+    of its lines)."""
     (folder / f"script-{name}.json").write_text(json.dumps({"turns": turns}))
     (folder / f"policy-{name}.yaml").write_text(policy)
     path = folder / f"{name}.yaml"
     path.write_text(
         f"name: {name}\ninstructions: refund\nmodel: scripted:script-{name}.json\n"
         f"tenant: acme\npolicy: policy-{name}.yaml\nlimits: {{max_turns: 10}}\n"
-        "tools:\n  - temporal_tools:look\n  - temporal_tools:pay\n"
+        "tools:\n  - temporal_tools:look\n  - temporal_tools:pay\n" + extra
     )
     return path
 
@@ -154,10 +157,12 @@ def oarlock(db: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 class TemporalWorkerProcess:
     """``oarlock temporal worker`` in a process of its own, its output collected."""
 
-    def __init__(self, db: Path, env: dict[str, str], target: str, queue: str) -> None:
+    def __init__(
+        self, db: Path, env: dict[str, str], target: str, queue: str, *more: str
+    ) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "oarlock.cli", "--db", str(db), "temporal", "worker",
-             "--address", target, "--task-queue", queue],
+             "--address", target, "--task-queue", queue, *more],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             stdin=subprocess.DEVNULL,
         )

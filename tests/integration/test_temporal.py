@@ -568,3 +568,62 @@ def test_a_failing_store_is_retried_and_its_secrets_stay_out_of_history(tmp_path
         assert "[redacted]" in text  # the failure, as recorded: its message, redacted
 
     asyncio.run(main())
+
+
+def test_configured_approvers_need_the_workers_key(tmp_path: Path) -> None:
+    folder = agent_folder(tmp_path)
+    env_vars = environment(tmp_path)
+    db = tmp_path / "runs.db"
+    made = oarlock(db, env_vars, "keys", "create", str(tmp_path / "worker.key"), "--no-trust")
+    assert made.returncode == 0, made.stderr
+    (folder / "approvers.yaml").write_text(
+        f"approvers:\n  - principals: ['user:*']\n    key: {tmp_path / 'worker.key.pub'}\n"
+    )
+    turns = [{"tool_calls": [{"name": "pay", "arguments": {"order": "K-9", "amount": 5}}]},
+             {"text": "refunded"}]  # fmt: skip
+    path = agent_file(folder, "signed", turns, "policy: strict\nrules: []\n",
+                      "approvers: approvers.yaml\n")  # fmt: skip
+
+    async def main() -> None:
+        async with await dev_server() as env:
+            target = address(env)
+            keyless = TemporalWorkerProcess(db, env_vars, target, "signed")
+            try:
+                run = await asyncio.to_thread(
+                    oarlock, db, env_vars, "run", str(path), "go", "--on", "temporal",
+                    "--address", target, "--task-queue", "signed",
+                )  # fmt: skip
+                assert run.returncode == 0, run.stderr
+                async with SQLiteStore(db) as store:
+                    [summary] = await store.list_runs()
+                refused = await asyncio.to_thread(
+                    oarlock, db, env_vars, "approve", summary.id, "call_1_1", "--as", "user:ana"
+                )
+                assert refused.returncode == 1
+                assert "signed by its configured approvers only" in refused.stderr
+            finally:
+                keyless.stop()
+            key = ("--key", str(tmp_path / "worker.key"))
+            workers = [TemporalWorkerProcess(db, env_vars, target, "signed", *key)
+                       for _ in range(2)]  # fmt: skip
+            try:
+                approved = await asyncio.to_thread(
+                    oarlock, db, env_vars, "approve", summary.id, "call_1_1", "--as", "user:ana"
+                )
+                assert approved.returncode == 0, approved.stderr
+                assert "completed after 2 turns" in approved.stdout
+            finally:
+                for worker in workers:
+                    worker.stop()
+        async with SQLiteStore(db) as store:
+            doc = (await store.load(summary.id)).document
+            approval, used_by = await store.governance().approval_for(summary.id, "call_1_1")
+            receipts = await store.governance().receipts(run_id=summary.id)
+        assert doc.decisions[0].principal == "user:ana"
+        assert approval.principal == "user:ana"
+        assert approval.signature
+        assert used_by is not None
+        assert [r.receipt["status"] for r in receipts] == ["Succeeded"]
+        assert [e["kind"] for e in effects(tmp_path)] == ["pay"]
+
+    asyncio.run(main())
