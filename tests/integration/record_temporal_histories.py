@@ -1,6 +1,8 @@
 """Record the Temporal histories that ``tests/unit/test_temporal_replay.py`` replays: one
 run of each kind (approved, denied after an update refused, expired by the timer,
-cancelled, several calls in one turn with one that waits), driven on the dev server.
+cancelled, failed because its agent cannot be loaded, continued as new), driven on the
+dev server. A history already in the folder is kept: those recorded by earlier releases
+of the workflow are what replay guards.
 
     python tests/integration/record_temporal_histories.py tests/unit/temporal_histories
 
@@ -40,11 +42,17 @@ OPTIONS = RunOptions(heartbeat_seconds=2.0, model_seconds=30.0, tool_seconds=60.
                      store_seconds=30.0)  # fmt: skip
 
 
+def _keep(out: Path, name: str, text: str) -> None:
+    path = out / f"{name}.json"
+    if not path.exists():
+        path.write_text(text)
+
+
 async def _save(client: Client, run_id: str, out: Path, name: str) -> None:
     handle = client.get_workflow_handle(run_id)
     await asyncio.wait_for(handle.result(), 60)
     history = await handle.fetch_history()
-    (out / f"{name}.json").write_text(history.to_json())
+    _keep(out, name, history.to_json())
 
 
 async def main(out: Path) -> None:
@@ -88,6 +96,33 @@ async def main(out: Path) -> None:
             run = await start(DEMO, "Refund order A-1001")
             await cancel_run(env.client, run, "withdrawn")
             await _save(env.client, run, out, "cancelled")
+
+            doc = await start_run(env.client, store, load_agent(DEMO), "go", target,
+                                  agent_ref=str(tmp / "gone.yaml"), options=OPTIONS)  # fmt: skip
+            await _save(env.client, doc.id, out, "failed")  # its agent cannot be loaded
+        await activities.aclose()
+        await _continued(store, out)
+
+
+async def _continued(store: SQLiteStore, out: Path) -> None:
+    """A run that continues as new (the server suggests it early): both its histories."""
+    suggest = "limit.historyCount.suggestContinueAsNew=12"
+    async with await dev_server(None, None, suggest) as env:
+        worker, activities = make_worker(env.client, store, "record")
+        async with worker:
+            doc = await start_run(env.client, store, load_agent(DEMO), "Refund order A-1001",
+                                  TemporalTarget(address(env), "record"), agent_ref=DEMO,
+                                  options=OPTIONS)  # fmt: skip
+            await settled(env.client, doc.id)
+            waiting = (await store.load(doc.id)).document
+            await decide_run(env.client, waiting, "call_2_1", "approved", principal="user:ana")
+            await _save(env.client, doc.id, out, "continued-last")
+            last = await env.client.get_workflow_handle(doc.id).fetch_history()
+            first = last.events[0].workflow_execution_started_event_attributes
+            earlier = env.client.get_workflow_handle(
+                doc.id, run_id=first.continued_execution_run_id
+            )
+            _keep(out, "continued-first", (await earlier.fetch_history()).to_json())
         await activities.aclose()
 
 

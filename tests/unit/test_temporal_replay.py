@@ -1,7 +1,9 @@
 """Stored histories of every kind of run (recorded by
-``tests/integration/record_temporal_histories.py``) replay against the workflow as it is
-now, so a change that would break runs in flight fails here; and the histories carry ids,
-versions and hashes, never the conversation."""
+``tests/integration/record_temporal_histories.py``: approved, denied after a refused
+update, expired by the timer, cancelled, failed, and continued as new; the first four by
+the workflow's first release, before its first patch) replay against the workflow as it
+is now, so a change that would break runs in flight fails here; and the histories carry
+ids, versions and hashes, never the conversation."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from oarlock.temporal import RunWorkflow, workflow_runner
 from oarlock.temporal._types import WORKFLOW, RunStart, Snapshot, StepInput
 
 HISTORIES = sorted((Path(__file__).parent / "temporal_histories").glob("*.json"))
-KINDS = {"approved", "denied", "expired", "cancelled"}
+KINDS = {"approved", "denied", "expired", "cancelled", "failed", "continued-first",
+         "continued-last"}  # fmt: skip
 
 
 def _history(path: Path) -> WorkflowHistory:
