@@ -627,3 +627,45 @@ def test_configured_approvers_need_the_workers_key(tmp_path: Path) -> None:
         assert [e["kind"] for e in effects(tmp_path)] == ["pay"]
 
     asyncio.run(main())
+
+
+def test_a_worker_stopped_inside_a_call_lets_it_finish(tmp_path: Path) -> None:
+    folder = agent_folder(tmp_path)
+    turns = [{"tool_calls": [{"name": "pay", "arguments": {"order": "D-1", "amount": 5}}]},
+             {"text": "refunded"}]  # fmt: skip
+    path = agent_file(folder, "draining", turns, ALLOW_PAY)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    env_vars = environment(tmp_path, HOLD_FILE=str(hold))
+    db = tmp_path / "runs.db"
+
+    async def main() -> Any:
+        async with await dev_server() as env:
+            target = address(env)
+            first = TemporalWorkerProcess(db, env_vars, target, "drain")
+            second = None
+            try:
+                async with SQLiteStore(db, create=True) as store:
+                    doc = await start_run(
+                        env.client, store, load_agent(path), "go", TemporalTarget(target, "drain"),
+                        agent_ref=str(path), options=QUICK,
+                    )  # fmt: skip
+                await asyncio.to_thread(wait_for, lambda: bool(effects(tmp_path)), "the call")
+                first.proc.send_signal(signal.SIGTERM)  # the call is in flight: it may finish
+                await asyncio.sleep(0.5)
+                assert first.proc.poll() is None  # draining
+                hold.unlink()
+                assert await asyncio.to_thread(first.proc.wait, TIMEOUT) == 0
+                second = TemporalWorkerProcess(db, env_vars, target, "drain")
+                done = await _result(env.client.get_workflow_handle(doc.id))
+            finally:
+                for worker in (first, second):
+                    if worker is not None:
+                        worker.stop()
+        async with SQLiteStore(db) as store:
+            receipts = await store.governance().receipts(run_id=doc.id)
+        assert done["status"] == "completed"
+        assert [r.receipt["status"] for r in receipts] == ["Succeeded"]
+        assert [e["kind"] for e in effects(tmp_path)] == ["pay"]
+
+    asyncio.run(main())

@@ -472,6 +472,9 @@ def _add_temporal_commands(sub: Any) -> None:
     )
     p.add_argument("--as", dest="principal", metavar="NAME", type=text,
                    help="the principal of --key when a decision names none")  # fmt: skip
+    p.add_argument("--drain", type=seconds, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM or SIGINT, how long the steps in flight may take to "
+                   "finish (default 30)")  # fmt: skip
     p.set_defaults(handler="oarlock.cli._temporal:dispatch")
 
 

@@ -177,7 +177,7 @@ async def _work(args: argparse.Namespace) -> int:
     try:
         client = await temporal.connect(args.address, args.namespace)
         worker, activities = temporal.make_worker(
-            client, store, args.task_queue, agents=agents, approver=approver
+            client, store, args.task_queue, agents=agents, approver=approver, drain=args.drain
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

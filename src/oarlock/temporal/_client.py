@@ -14,6 +14,7 @@ import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import (
@@ -113,9 +114,12 @@ def make_worker(
     agents: Mapping[str, Agent] | None = None,
     approver: ApproverKey | None = None,
     max_concurrent_activities: int = 100,
+    drain: float = 30.0,
 ) -> tuple[Worker, Activities]:
     """A Temporal worker of ``task_queue`` driving the runs of ``store``, and its
-    activities (close them with :meth:`Activities.aclose` once the worker stops)."""
+    activities (close them with :meth:`Activities.aclose` once the worker stops). On
+    shutdown, the activities in flight have ``drain`` seconds to finish (a tool call
+    cancelled after that is recorded as after a crash: Uncertain if it has effects)."""
     activities = Activities(store, agents=agents, approver=approver)
     worker = Worker(
         client,
@@ -124,6 +128,7 @@ def make_worker(
         activities=activities.all(),
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
+        graceful_shutdown_timeout=timedelta(seconds=drain),
     )
     return worker, activities
 
