@@ -270,9 +270,10 @@ class Activities:
         apply: Callable[[RunDocument], list[Event]],
         limits: Any,
     ) -> Snapshot:
-        doc = await update_run(self.store, run_id, apply)
+        """Apply ``apply`` to the stored run (again on a racing writer's commit); the
+        snapshot of the run as it then stands."""
+        await update_run(self.store, run_id, apply)
         stored = await self.store.load(run_id)
-        del doc
         return snapshot(stored.document, stored.version, limits)
 
     # -- the activities -----------------------------------------------------------------
