@@ -264,12 +264,14 @@ def test_worker_killed_inside_a_read_call_runs_it_again(tmp_path: Path) -> None:
     assert "order L-1: broken" in result.content
 
 
-def test_expired_approval_is_denied_by_the_workflow_timer(tmp_path: Path) -> None:
+def test_expired_approval_is_denied_by_the_workflow_timer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = agent_folder(tmp_path)
     turns = [{"tool_calls": [{"name": "pay", "arguments": {"order": "E-1", "amount": 5}}]},
              {"text": "not refunded"}]  # fmt: skip
     path = agent_file(folder, "expiring", turns, "policy: expiring\napproval_ttl: 1.5\nrules: []\n")
-    os.environ.setdefault("EFFECTS", str(tmp_path / "effects.jsonl"))
+    monkeypatch.setenv("EFFECTS", str(tmp_path / "effects.jsonl"))  # the in-process tools
 
     async def main() -> None:
         async with await dev_server() as env, SQLiteStore(tmp_path / "t.db", create=True) as store:
@@ -496,7 +498,9 @@ def test_runs_on_temporal_over_postgresql_with_two_workers() -> None:
     asyncio.run(main())
 
 
-def test_an_expiry_the_store_clock_has_not_reached_is_looked_at_again(tmp_path: Path) -> None:
+def test_an_expiry_the_store_clock_has_not_reached_is_looked_at_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from temporalio.worker import Worker
 
     from oarlock.formats._time import now_rfc3339, shift_rfc3339
@@ -506,7 +510,7 @@ def test_an_expiry_the_store_clock_has_not_reached_is_looked_at_again(tmp_path: 
     turns = [{"tool_calls": [{"name": "pay", "arguments": {"order": "S-1", "amount": 5}}]},
              {"text": "not refunded"}]  # fmt: skip
     path = agent_file(folder, "skewed", turns, "policy: skewed\napproval_ttl: 3\nrules: []\n")
-    os.environ.setdefault("EFFECTS", str(tmp_path / "effects.jsonl"))
+    monkeypatch.setenv("EFFECTS", str(tmp_path / "effects.jsonl"))  # the in-process tools
 
     def behind() -> str:  # the store's clock, 5 s behind the workflow's
         return shift_rfc3339(now_rfc3339(), -5)
