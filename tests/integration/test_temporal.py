@@ -673,3 +673,86 @@ def test_a_worker_stopped_inside_a_call_lets_it_finish(tmp_path: Path) -> None:
         assert [e["kind"] for e in effects(tmp_path)] == ["pay"]
 
     asyncio.run(main())
+
+
+SLOW_AGENT = '''
+import asyncio
+import json
+import os
+
+from oarlock import Agent
+from oarlock.models import ScriptedModel
+
+
+class HeldModel:
+    """The scripted model, marking each request and holding it while HOLD_FILE exists."""
+
+    def __init__(self):
+        self.inner = ScriptedModel([
+            {"tool_calls": [{"name": "look", "arguments": {"order": "M-1"}}]},
+            {"text": "done"},
+        ])
+
+    @property
+    def model_id(self):
+        return "scripted:held"
+
+    async def respond(self, request):
+        with open(os.environ["EFFECTS"], "a") as effects:
+            effects.write(json.dumps({"kind": "model", "pid": os.getpid()}) + "\\n")
+        while os.path.exists(os.environ.get("HOLD_FILE", "")):
+            await asyncio.sleep(0.05)
+        return await self.inner.respond(request)
+
+
+from temporal_tools import look  # noqa: E402
+
+agent = Agent("held", HeldModel(), tools=[look])
+'''
+
+
+def test_worker_killed_inside_a_model_step_commits_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    folder = agent_folder(tmp_path)
+    (folder / "held_agent.py").write_text(SLOW_AGENT)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    env_vars = environment(tmp_path, HOLD_FILE=str(hold), PYTHONPATH=str(folder))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("EFFECTS", str(tmp_path / "effects.jsonl"))
+    agent = importlib.import_module("held_agent").agent
+    db = tmp_path / "runs.db"
+
+    async def main() -> Any:
+        async with await dev_server() as env:
+            target = address(env)
+            first = TemporalWorkerProcess(db, env_vars, target, "model")
+            second = None
+            try:
+                async with SQLiteStore(db, create=True) as store:
+                    doc = await start_run(env.client, store, agent, "go",
+                                          TemporalTarget(target, "model"),
+                                          agent_ref="held_agent:agent", options=QUICK)  # fmt: skip
+                await asyncio.to_thread(wait_for, lambda: bool(effects(tmp_path)), "the model")
+                first.kill()
+                hold.unlink()
+                second = TemporalWorkerProcess(db, env_vars, target, "model")
+                done = await _result(env.client.get_workflow_handle(doc.id))
+                await _replays(env.client, doc.id)
+            finally:
+                for worker in (first, second):
+                    if worker is not None:
+                        worker.stop()
+        async with SQLiteStore(db) as store:
+            return done, (await store.load(doc.id)).document, await store.events(doc.id)
+
+    done, doc, events = asyncio.run(main())
+    marks = [e["kind"] for e in effects(tmp_path)]
+    assert marks[:2] == ["model", "model"]  # asked again after the kill...
+    assert done["status"] == "completed"
+    assert doc.turns == 2  # ...and committed once
+    assert [m.role for m in doc.messages] == ["user", "assistant", "user", "assistant"]
+    assert sum(1 for e in events if e.kind == "model_responded") == 2
