@@ -4,7 +4,8 @@ Its state is small and of fixed size whatever the conversation: the last snapsho
 stored document's version and hash, status, turn, the calls to run, the pending approvals
 and their deadlines), the calls in flight and a cancellation asked for. Every step is an
 activity that loads the run from the store, takes the step through the runner's own code
-and commits it, returning a new snapshot; history holds ids, versions and hashes only.
+and commits it, returning a new snapshot; history holds ids, versions and hashes, and the
+decisions sent to the run as they were sent (a reason, a response, edited arguments).
 
 * ``model`` next: :data:`MODEL_STEP` (a model request, or a halt at a limit).
 * ``tools`` next: one :data:`TOOL_CALL` per call, concurrently, each through the governed
