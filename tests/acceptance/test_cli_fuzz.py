@@ -32,8 +32,9 @@ from oarlock.cli import build_parser
 from oarlock.demo import AGENT_FILE
 
 NEVER = {"-h", "--help", "--version"}
-# demo runs the whole demo, worker and serve run until stopped: covered by their own tests
-SKIP = {"demo", "worker", "serve"}
+# demo runs the whole demo; worker, serve and temporal worker run until stopped: covered by
+# their own tests
+SKIP = {"demo", "worker", "serve", "temporal"}
 
 
 @dataclass(frozen=True)

@@ -99,3 +99,15 @@ def test_the_oarlock_side_of_the_peer_suite_measures_every_row_and_counts_its_co
         sys.path.remove(str(BENCH))
     floor = report._floor({"raw": {"oarlock": result}})
     assert floor is not None and floor["flushes"] == 11 and floor["per_turn"] > 0
+
+
+def test_the_temporal_benchmark_measures_both_engines(tmp_path: Path) -> None:
+    result = run(
+        BENCH / "bench_temporal.py",
+        *("--turns", "1", "--rounds", "1", "--runs", "1", "--batch", "2", "--concurrency", "2"),
+        cwd=tmp_path,
+    )
+    assert result["turns"] == 2
+    for case in ("native_ms", "temporal_ms", "native_rps", "temporal_rps"):
+        assert len(result["results"][case]) == 1
+        assert result["results"][case][0] > 0

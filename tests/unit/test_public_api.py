@@ -332,3 +332,31 @@ def test_server_all_is_pinned_and_the_cli_does_not_load_it():
     loaded = _modules_after("import oarlock.cli; oarlock.cli.build_parser()")
     assert not {m for m in loaded if m.split(".")[0] in ("fastapi", "starlette", "uvicorn")}
     assert "oarlock.server" not in loaded
+TEMPORAL_ALL = [
+    "Activities",
+    "Progress",
+    "RunOptions",
+    "RunWorkflow",
+    "Snapshot",
+    "TemporalTarget",
+    "cancel_run",
+    "connect",
+    "decide_run",
+    "driven_by",
+    "has_worker",
+    "make_worker",
+    "settled",
+    "start_run",
+    "workflow_runner",
+]
+
+
+def test_temporal_all_is_pinned_and_temporal_loads_only_with_it():
+    import oarlock.temporal
+
+    assert list(oarlock.temporal.__all__) == TEMPORAL_ALL
+    for name in TEMPORAL_ALL:
+        assert getattr(oarlock.temporal, name) is not None, name
+    for code in ("import oarlock", "import oarlock.engine", "import oarlock.cli; "
+                 "oarlock.cli.build_parser()"):  # fmt: skip
+        assert "temporalio" not in _modules_after(code), code

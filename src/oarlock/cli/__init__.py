@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # the commands that open the run database, by the module that handles them
 _DB_HANDLERS = ("oarlock.cli._runs:", "oarlock.cli._governance:", "oarlock.cli._worker:",
-                "oarlock.cli._demo:", "oarlock.cli._server:")  # fmt: skip
+                "oarlock.cli._demo:", "oarlock.cli._server:", "oarlock.cli._temporal:")  # fmt: skip
 
 
 def _db_after_the_command(parser: argparse.ArgumentParser) -> None:
@@ -194,25 +194,7 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("agent_file", metavar="AGENT_FILE", type=stored_path)
     p.add_argument("input", metavar="INPUT", type=text)
     p.add_argument("--tag", action="append", type=text, metavar="KEY=VALUE", help="tag the run")
-    p.add_argument(
-        "--detach",
-        action="store_true",
-        help="only submit the run: a worker (oarlock worker) drives it",
-    )
-    p.add_argument(
-        "--queue",
-        metavar="QUEUE",
-        type=text,
-        default="default",
-        help="the queue whose workers drive the run when it is handed to them (default: default)",
-    )
-    p.add_argument(
-        "--model",
-        metavar="MODEL",
-        type=text,
-        help="run the agent file against another model (e.g. openai:gpt-4.1); kept for "
-        "resumes; a cost limit needs a price for it in the agent file's pricing",
-    )
+    _drive_options(p)
     _run_action(p, "run")
 
     runs = sub.add_parser("runs", help="list, show and export stored runs")
@@ -301,6 +283,7 @@ def _add_run_commands(sub: Any) -> None:
     _add_key_commands(sub)
     _add_sandbox_commands(sub)
     _add_worker_commands(sub)
+    _add_temporal_commands(sub)
 
     p = sub.add_parser("demo", help="run the refund desk demo, offline")
     p.add_argument("--yes", action="store_true", help="approve the refund without asking")
@@ -467,6 +450,80 @@ def _add_key_commands(sub: Any) -> None:
     p.add_argument("--approvers", metavar="FILE", type=path, help="the approvers file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler="oarlock.cli._keys:dispatch", action="list")
+
+
+def _drive_options(p: argparse.ArgumentParser) -> None:
+    """How ``run`` drives the run: here, by a worker, or on Temporal."""
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="only submit the run: a worker (oarlock worker) drives it",
+    )
+    p.add_argument(
+        "--queue",
+        metavar="QUEUE",
+        type=text,
+        default="default",
+        help="the queue whose workers drive the run when it is handed to them (default: default)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="MODEL",
+        type=text,
+        help="run the agent file against another model (e.g. openai:gpt-4.1); kept for "
+        "resumes; a cost limit needs a price for it in the agent file's pricing",
+    )
+    p.add_argument(
+        "--on",
+        choices=["native", "temporal"],
+        help="what drives the run: this process and oarlock's workers (native), or a "
+        "Temporal cluster's workers (temporal); default: the agent file's engine, else native",
+    )
+    _temporal_target(p)
+
+
+def _temporal_target(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        type=text,
+        help="the Temporal frontend (default: $OARLOCK_TEMPORAL_ADDRESS, else 127.0.0.1:7233)",
+    )
+    p.add_argument(
+        "--task-queue", metavar="QUEUE", type=text, help="its task queue (default: oarlock)"
+    )
+    p.add_argument(
+        "--namespace", metavar="NS", type=text, default="default", help="(default: default)"
+    )
+
+
+def _add_temporal_commands(sub: Any) -> None:
+    temporal = sub.add_parser("temporal", help="runs driven by a Temporal cluster")
+    tsub = temporal.add_subparsers(dest="temporal_command", metavar="COMMAND", required=True)
+    p = tsub.add_parser(
+        "worker",
+        help="a Temporal worker driving oarlock runs until stopped (SIGTERM or SIGINT)",
+        description="Poll the task queue for the workflows and activities of oarlock runs "
+        "and take their steps against the run database (--db); --agents names a folder of "
+        "agent files for runs whose agent file is not where it was.",
+    )
+    p.add_argument("--address", metavar="HOST:PORT", type=text, required=True)
+    p.add_argument("--task-queue", metavar="QUEUE", type=text, required=True)
+    p.add_argument("--namespace", metavar="NS", type=text, default="default")
+    p.add_argument("--agents", metavar="DIR", type=path, help="a folder of agent files")
+    p.add_argument(
+        "--key",
+        metavar="PEM",
+        type=path,
+        help="sign the approvals decided through this worker with this key (default: the "
+        "worker's own, trusted by itself alone)",
+    )
+    p.add_argument("--as", dest="principal", metavar="NAME", type=text,
+                   help="the principal of --key when a decision names none")  # fmt: skip
+    p.add_argument("--drain", type=seconds, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM or SIGINT, how long the steps in flight may take to "
+                   "finish (default 30)")  # fmt: skip
+    p.set_defaults(handler="oarlock.cli._temporal:dispatch")
 
 
 def _add_worker_commands(sub: Any) -> None:

@@ -57,6 +57,7 @@ __all__ = [
 T = TypeVar("T")
 EXIT_HALTED = 3
 _DONE_OK = {"completed", "waiting_approval", "running"}
+_ENDED = frozenset({"completed", "failed", "halted_budget", "halted_max_turns", "cancelled"})
 # the commands that may create the database; every other one needs it to exist
 _CREATES = frozenset({"run"})
 # the terminal view of the command running in this process (progress and streamed text)
@@ -230,6 +231,11 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
     tags = _tags(args.tag)
     agent_file = str(Path(args.agent_file).resolve())
     agent: Agent = args.loaded_agent  # loaded before the store opened (see dispatch)
+    if (args.on or agent.engine) == "temporal":
+        from oarlock.cli import _temporal
+
+        doc = await _temporal.start(args, store, agent, agent_file, tags)
+        return EXIT_OK if args.detach else _finish(doc, args)
     if args.detach:
         doc = await _runner(agent, store).submit(
             args.input, tags=tags, agent_ref=agent_file, queue=args.queue
@@ -394,6 +400,11 @@ async def _export(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _decide(args: argparse.Namespace, store: RunStore) -> int:
+    from oarlock.cli import _temporal
+
+    stored = await store.load(args.run_id)
+    if _temporal.driven(stored.document):  # the decision goes to the run's workflow
+        return _finish(await _temporal.decide(args, store, stored.document), args)
     agent = await _agent_of(store, args.run_id)
     approver = _approver(args, agent) if args.decision == "approved" else None
     async with agent.connected():
@@ -510,7 +521,20 @@ async def _holder(runner: Runner, run_id: str) -> str | None:
     return None
 
 
+async def _not_temporal(store: RunStore, run_id: str, what: str) -> None:
+    """Refuse to drive here a run that Temporal drives."""
+    from oarlock.cli import _temporal
+
+    if _temporal.driven((await store.load(run_id)).document):
+        raise OarlockError(
+            f"run {run_id} is driven by Temporal: its workflow takes its steps; "
+            f"{what} is not done from here",
+            code="temporal_run",
+        )
+
+
 async def _resume(args: argparse.Namespace, store: RunStore) -> int:
+    await _not_temporal(store, args.run_id, "a resume")
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _resumed(_runner(agent, store), args.run_id)
@@ -518,6 +542,7 @@ async def _resume(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _continue(args: argparse.Namespace, store: RunStore) -> int:
+    await _not_temporal(store, args.run_id, "a continuation")
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _runner(agent, store).continue_run(args.run_id, args.text)
@@ -525,6 +550,7 @@ async def _continue(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _retry(args: argparse.Namespace, store: RunStore) -> int:
+    await _not_temporal(store, args.run_id, "a retry")
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _runner(agent, store).retry(args.run_id)
@@ -532,8 +558,15 @@ async def _retry(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
+    from oarlock.cli import _temporal
     from oarlock.engine._runner import cancel_run
     from oarlock.telemetry._setup import default_observer
+
+    stored = await store.load(args.run_id)
+    if _temporal.driven(stored.document) and stored.document.status not in _ENDED:
+        await _temporal.cancel(stored.document, args.reason)
+        print(f"run {line(args.run_id)}: cancellation sent to its workflow")
+        return EXIT_OK
 
     doc = await cancel_run(store, args.run_id, args.reason, on_commit=default_observer().committed)
     print(f"run {line(doc.id)}: cancelled")
@@ -625,9 +658,22 @@ def run_command(args: argparse.Namespace, command: Command) -> int:
 
     create = getattr(args, "action", None) in _CREATES
     try:
-        return asyncio.run(_with_store(args, lambda store: command(args, store), create=create))
+        code = asyncio.run(_with_store(args, lambda store: command(args, store), create=create))
     except OarlockError as exc:
-        return refused(exc)
+        code = refused(exc)
+    _drop_clients()
+    return code
+
+
+def _drop_clients() -> None:
+    """Free a Temporal client left in a refusal's traceback now: freed while the
+    interpreter shuts down, its runtime aborts the process."""
+    import sys
+
+    if "temporalio" in sys.modules:
+        import gc
+
+        gc.collect()
 
 
 def read_command(args: argparse.Namespace, command: ReadCommand) -> int:

@@ -67,7 +67,12 @@ class Agent:
     The tenant, project, environment, principal and labels make the execution scope of
     every tool call; ``policy`` governs the calls (the default policy when None).
     ``approvers`` are the keys whose signed approvals its calls accept; when None, only
-    approvals signed in the same process (see :mod:`oarlock.governance._approvers`)."""
+    approvals signed in the same process (see :mod:`oarlock.governance._approvers`).
+    ``engine`` says what drives the runs the command line starts: ``native`` (the command
+    and oarlock's workers) or ``temporal`` (a Temporal cluster's workers, see
+    :mod:`oarlock.temporal`); an agent file sets it with its ``engine`` key."""
+
+    engine: str = "native"
 
     def __init__(
         self,

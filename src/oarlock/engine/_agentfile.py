@@ -7,6 +7,7 @@ model: scripted:refund-desk.script.yaml    # scripted:PATH is relative to this f
 # model: openai:gpt-4.1 | anthropic:claude-sonnet-4-5 | openai-compatible:qwen2.5@http://127.0.0.1:11434/v1
 model_options: {timeout: 60}               # passed to the adapter (see oarlock.models)
 tenant: acme
+engine: native                             # or temporal: `oarlock run` starts it on Temporal
 scope: {project: billing, environment: prod, principal: svc-refunds, labels: {team: cx}}
 policy: refund-policy.yaml                 # a rule policy (relative to this file); or
 # policy: {cedar: refund-policy.cedar}     # a Cedar policy (needs oarlock[cedar])
@@ -508,7 +509,9 @@ _KEYS = (
     "pricing",
     "approvers",
     "sandbox",
+    "engine",
 )
+_ENGINES = ("native", "temporal")
 
 
 @dataclass
@@ -576,6 +579,7 @@ def check_agent_file(path: str | os.PathLike[str]) -> AgentFileCheck:
     instructions = problems.check(need_text, _optional(spec, "instructions", ""), "instructions")
     problems.check(need_text, _optional(spec, "description", ""), "description")
     tenant = problems.check(need_text, _optional(spec, "tenant", "default"), "tenant", empty=False)
+    engine = problems.check(_engine, _optional(spec, "engine", "native"))
     scope = _scope(_optional(spec, "scope", {}), problems)
     limits = _limits(_optional(spec, "limits", {}), problems)
     prices = problems.check(PricingTable.parse, _optional(spec, "pricing", {}))
@@ -615,7 +619,15 @@ def check_agent_file(path: str | os.PathLike[str]) -> AgentFileCheck:
         )
     except ConfigError as exc:  # a cost limit on a model without a price
         problems.record(exc, "limits.max_cost_usd" if exc.code == "unpriced_model" else "")
+        return checked
+    checked.agent.engine = engine or "native"
     return checked
+
+
+def _engine(value: Any) -> str:
+    if value not in _ENGINES:
+        raise ConfigError(f"engine: must be one of {', '.join(_ENGINES)}, got {value!r}")
+    return str(value)
 
 
 def load_agent(path: str | Path) -> Agent:

@@ -4,9 +4,10 @@ For every call it builds a tool-invocation-v1 record and, in this order:
 
 1. looks for the call's idempotency claim: a key that is held already is never run again
    (same arguments: the prior receipt is returned, identical; other arguments: refused;
-   still running elsewhere: wait, bounded; cut off by a crash, or taken under a lease
-   epoch its run has left: Uncertain for a side-effecting tool, a new attempt for a
-   ``read`` or ``sandbox`` one);
+   still running elsewhere: wait, bounded; cut off by a crash, taken under a lease
+   epoch its run has left, or left by an attempt of this very run's call that an
+   orchestrator gave up for dead (``CallContext.retried``): Uncertain for a
+   side-effecting tool, a new attempt for a ``read`` or ``sandbox`` one);
 2. asks the policy (an error in the policy denies);
 3. for ``shared-write`` and above, or when the policy asks for one, finds the approval of
    this very call in its own store (never a caller's word) and checks that it covers this
@@ -105,6 +106,10 @@ class CallContext:
     replay_of: str | None = None  # a replay's original run: side effects are not repeated
     fence: Lease | None = None
     deps: Any = None  # the caller's dependencies, for tools that take the RunContext
+    # a retry of this very call after its earlier attempt was given up for dead (an
+    # orchestrator retrying the activity that made it): a claim of this run left without a
+    # receipt is stale at once, whatever its owner looks like from here
+    retried: bool = False
 
     @property
     def tenant(self) -> str:
@@ -448,7 +453,8 @@ class GovernedExecutor:
                 ),
             )
         deadline = time.monotonic() + self.duplicate_wait
-        while held.receipt is None and not _stale(held):
+        given_up = c.ctx.retried and claim.run_id == c.ctx.run_id
+        while held.receipt is None and not (given_up or _stale(held)):
             if time.monotonic() >= deadline:
                 return await self._deny(
                     c,

@@ -1,0 +1,258 @@
+"""Starting, deciding and cancelling runs that Temporal drives, and the worker that
+drives them.
+
+A run driven by Temporal is stored as any other (created by :func:`start_run` in queue
+``temporal:TASK_QUEUE``, where no native worker of the default queue looks) and carries
+where it is driven in its document's ``drivenBy`` member (``engine``, ``address``,
+``namespace``, ``taskQueue``), so that the command line and the server find its workflow
+(workflow id = run id): a decision becomes the workflow's decision update, a cancellation
+its cancel signal."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from oarlock.engine import _core as core
+from oarlock.errors import ConfigError, DecisionRefused, OarlockError
+from oarlock.temporal._activities import Activities, arguments_hash
+from oarlock.temporal._types import (
+    CANCEL_SIGNAL,
+    DECIDE_UPDATE,
+    STATE_QUERY,
+    WORKFLOW,
+    Decision,
+    Progress,
+    RunOptions,
+    RunStart,
+)
+from oarlock.temporal._workflow import RunWorkflow
+
+if TYPE_CHECKING:
+    from oarlock.engine._agent import Agent
+    from oarlock.formats._models import Message, RunDocument
+    from oarlock.governance._approvers import ApproverKey
+    from oarlock.store._base import RunStore
+
+__all__ = [
+    "TemporalTarget",
+    "cancel_run",
+    "connect",
+    "decide_run",
+    "driven_by",
+    "has_worker",
+    "make_worker",
+    "settled",
+    "start_run",
+    "workflow_runner",
+]
+
+ENGINE = "temporal"
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalTarget:
+    """Where runs are driven: a Temporal frontend, namespace and task queue."""
+
+    address: str
+    task_queue: str
+    namespace: str = "default"
+
+    def member(self) -> dict[str, str]:
+        return {"engine": ENGINE, "address": self.address, "namespace": self.namespace,
+                "taskQueue": self.task_queue}  # fmt: skip
+
+
+def driven_by(doc: RunDocument) -> TemporalTarget | None:
+    """Where Temporal drives the run, if it does."""
+    member = (doc.model_extra or {}).get("drivenBy")
+    if not isinstance(member, dict) or member.get("engine") != ENGINE:
+        return None
+    parts = [member.get(k) for k in ("address", "taskQueue", "namespace")]
+    if not all(isinstance(p, str) and p for p in parts):
+        return None
+    return TemporalTarget(str(parts[0]), str(parts[1]), str(parts[2]))
+
+
+async def connect(address: str, namespace: str = "default") -> Client:
+    """A client of the Temporal frontend at ``address`` (``HOST:PORT``)."""
+    try:
+        return await Client.connect(address, namespace=namespace)
+    except (RPCError, RuntimeError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot reach Temporal at {address} (namespace {namespace}): {exc}",
+            code="temporal_unreachable",
+        ) from None
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox the workflow runs in; oarlock's modules pass through (the workflow
+    imports only the pure ``_types``, which a test checks)."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("oarlock")
+    )
+
+
+def make_worker(
+    client: Client,
+    store: RunStore,
+    task_queue: str,
+    *,
+    agents: Mapping[str, Agent] | None = None,
+    approver: ApproverKey | None = None,
+    max_concurrent_activities: int = 100,
+    drain: float = 30.0,
+) -> tuple[Worker, Activities]:
+    """A Temporal worker of ``task_queue`` driving the runs of ``store``, and its
+    activities (close them with :meth:`Activities.aclose` once the worker stops). On
+    shutdown, the activities in flight have ``drain`` seconds to finish (a tool call
+    cancelled after that is recorded as after a crash: Uncertain if it has effects)."""
+    activities = Activities(store, agents=agents, approver=approver)
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[RunWorkflow],
+        activities=activities.all(),
+        workflow_runner=workflow_runner(),
+        max_concurrent_activities=max_concurrent_activities,
+        graceful_shutdown_timeout=timedelta(seconds=drain),
+    )
+    return worker, activities
+
+
+async def start_run(
+    client: Client,
+    store: RunStore,
+    agent: Agent,
+    input: str,
+    target: TemporalTarget,
+    *,
+    agent_ref: str | None = None,
+    tags: dict[str, str] | None = None,
+    run_id: str | None = None,
+    options: RunOptions | None = None,
+    message_history: Sequence[Message] = (),
+) -> RunDocument:
+    """Store a new run driven by Temporal at ``target`` and start its workflow."""
+    from oarlock.formats._time import now_rfc3339
+
+    doc, events = core.new_run(
+        run_id=run_id or str(uuid.uuid4()),
+        agent=agent.name,
+        model=agent.model.model_id,
+        input=input,
+        now=now_rfc3339(),
+        tags=tags,
+        history=message_history,
+    )
+    setattr(doc, "drivenBy", target.member())  # noqa: B010 - an extension member
+    await store.create(
+        doc,
+        events,
+        agent_ref=agent_ref if agent_ref is not None else agent.ref,
+        tenant=agent.tenant,
+        queue=f"temporal:{target.task_queue}",
+    )
+    try:
+        await client.start_workflow(
+            WORKFLOW,
+            RunStart(doc.id, options or RunOptions()),
+            id=doc.id,
+            task_queue=target.task_queue,
+        )
+    except RPCError as exc:
+        from oarlock.engine._runner import cancel_run as cancel_stored
+
+        await cancel_stored(store, doc.id, f"its workflow could not be started: {exc}")
+        raise ConfigError(f"the run's workflow could not be started: {exc}",
+                          code="temporal_unreachable") from None  # fmt: skip
+    return doc
+
+
+async def has_worker(client: Client, task_queue: str) -> bool:
+    """Whether a worker polls ``task_queue`` for workflow tasks now (or did a moment
+    ago)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    try:
+        described = await client.workflow_service.describe_task_queue(request)
+    except RPCError as exc:
+        raise ConfigError(f"cannot describe task queue {task_queue}: {exc}",
+                          code="temporal_unreachable") from None  # fmt: skip
+    return bool(described.pollers)
+
+
+async def settled(client: Client, run_id: str, *, poll: float = 0.1) -> Progress:
+    """Wait until the run's workflow finished its step: the run is done, or waits for
+    decisions with no call in flight."""
+    handle = client.get_workflow_handle(run_id)
+    while True:
+        try:
+            progress: Progress = await handle.query(STATE_QUERY, result_type=Progress)
+        except RPCError as exc:
+            raise ConfigError(f"cannot ask the run's workflow: {exc}",
+                              code="temporal_unreachable") from None  # fmt: skip
+        snap = progress.snapshot
+        if snap is not None and not progress.running and snap.next in ("done", "wait"):
+            return progress
+        await asyncio.sleep(poll)
+
+
+async def decide_run(
+    client: Client,
+    doc: RunDocument,
+    call_id: str,
+    decision: str,
+    *,
+    reason: str | None = None,
+    edited_arguments: dict[str, Any] | None = None,
+    response: str | None = None,
+    principal: str | None = None,
+    expires_in: float | None = None,
+) -> None:
+    """Send a decision on ``call_id`` to the run's workflow, bound to the arguments the
+    call waits with in ``doc``; returns once the decision is stored. A refusal (by the
+    update's validator or by the decision path) raises DecisionRefused."""
+    pending = next((a for a in doc.pending_approvals if a.tool_call_id == call_id), None)
+    bound = arguments_hash(pending) if pending is not None else ""
+    handle = client.get_workflow_handle(doc.id)
+    given = Decision(call_id, decision, bound, reason, edited_arguments, response, principal,
+                     expires_in)  # fmt: skip
+    try:
+        await handle.execute_update(DECIDE_UPDATE, given)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+        raise DecisionRefused(message, code="decision_refused") from None
+    except RPCError as exc:
+        raise OarlockError(f"the decision could not be sent to Temporal: {exc}",
+                           code="temporal_unreachable") from None  # fmt: skip
+
+
+async def cancel_run(client: Client, run_id: str, reason: str | None = None) -> None:
+    """Ask the run's workflow to cancel the run."""
+    try:
+        await client.get_workflow_handle(run_id).signal(CANCEL_SIGNAL, reason or "cancelled")
+    except RPCError as exc:
+        raise OarlockError(f"the cancellation could not be sent to Temporal: {exc}",
+                           code="temporal_unreachable") from None  # fmt: skip

@@ -1,0 +1,53 @@
+"""The command line's side of runs on Temporal that needs no server: the agent file's
+``engine`` key, and a frontend that cannot be reached (refused in a line, nothing stored)."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oarlock.demo import AGENT_FILE
+from oarlock.engine._agentfile import check_agent_file, load_agent
+from oarlock.errors import ConfigError
+
+
+def _agent(tmp_path: Path, engine: str) -> Path:
+    text = Path(AGENT_FILE).read_text("utf-8")
+    script = Path(AGENT_FILE).parent / "refund-desk.script.yaml"
+    text = text.replace("scripted:refund-desk.script.yaml", f"scripted:{script}")
+    path = tmp_path / "agent.yaml"
+    path.write_text(text + f"engine: {engine}\n")
+    return path
+
+
+def test_engine_key(tmp_path):
+    assert load_agent(AGENT_FILE).engine == "native"
+    assert load_agent(_agent(tmp_path, "temporal")).engine == "temporal"
+    checked = check_agent_file(_agent(tmp_path, "celery"))
+    assert checked.agent is None
+    assert any("engine: must be one of native, temporal, got 'celery'" in p
+               for p in checked.problems)  # fmt: skip
+    with pytest.raises(ConfigError):
+        load_agent(_agent(tmp_path, "[1, 2]"))
+
+
+def test_unreachable_frontend_is_refused_and_stores_nothing(tmp_path):
+    db, agent = tmp_path / "runs.db", str(_agent(tmp_path, "temporal"))
+    done = subprocess.run(
+        [sys.executable, "-m", "oarlock.cli", "--db", str(db), "run", agent, "hello",
+         "--address", "127.0.0.1:1", "--task-queue", "\x1b[31mq"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith("oarlock: cannot reach Temporal at 127.0.0.1:1")
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+    finally:
+        conn.close()
