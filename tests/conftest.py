@@ -210,3 +210,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _DIGEST = pytest.StashKey[str]()
+
+
+@pytest.fixture(autouse=True)
+def _telemetry_off_after_each_test() -> Iterator[None]:
+    """A test that configures OpenTelemetry in this process (``oarlock --otel`` run in
+    process, say) sets the API's global providers, which the API lets be set once a
+    process: they are put back to unset afterwards, so that telemetry stays off in every
+    other test, as it is in a process that never asked for it."""
+    yield
+    from opentelemetry import trace
+    from opentelemetry.metrics import _internal as metrics
+
+    if trace._TRACER_PROVIDER is not None:
+        trace._TRACER_PROVIDER = None
+        trace._TRACER_PROVIDER_SET_ONCE._done = False
+    if metrics._METER_PROVIDER is not None:
+        metrics._METER_PROVIDER = None
+        metrics._METER_PROVIDER_SET_ONCE._done = False

@@ -11,7 +11,7 @@ from typing import Any
 from oarlock._render import dumps, line
 from oarlock.cli import EXIT_OK, refused
 from oarlock.cli._args import path, seconds, text
-from oarlock.errors import OarlockError
+from oarlock.errors import NotFound, OarlockError
 
 __all__ = ["add_commands", "dispatch"]
 
@@ -100,7 +100,13 @@ async def _tokens(args: argparse.Namespace, store: Any) -> int:
     from oarlock.server._tokens import token_store
 
     tokens = token_store(store)
-    await tokens.prepare()
+    if args.action == "tokens create" or await tokens.made():
+        await tokens.prepare()
+    elif args.action == "tokens revoke":  # a database without tokens stays without
+        raise NotFound(f"no live token {args.token_id}", code="no_token")
+    else:
+        print("[]" if args.json else "no tokens")
+        return EXIT_OK
     if args.action == "tokens create":
         token, info = await tokens.create(
             name=args.name, tenant=args.tenant, role=args.role, expires_in=args.expires_in

@@ -170,6 +170,11 @@ class TokenStore:
         """Make or migrate the tokens' table."""
         raise NotImplementedError
 
+    async def made(self) -> bool:
+        """Whether the database has the tokens' table (a command that only reads or
+        revokes makes none)."""
+        raise NotImplementedError
+
     async def _insert(self, info: TokenInfo, token_hash: str) -> None:
         raise NotImplementedError
 
@@ -222,6 +227,12 @@ class TokenStore:
 class SQLiteTokens(TokenStore):
     def __init__(self, store: SQLiteStore) -> None:
         self.store = store
+
+    async def made(self) -> bool:
+        row = self.store.db().execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'api_tokens'"
+        ).fetchone()
+        return row is not None
 
     async def prepare(self) -> None:
         from oarlock.store._sqlite import _statements
@@ -287,6 +298,13 @@ def _pg(sql: str) -> str:
 class PostgresTokens(TokenStore):
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
+
+    async def made(self) -> bool:
+        rows = await self.store.fetch(
+            "looking for the tokens' table",
+            "SELECT to_regclass('api_tokens') IS NOT NULL AS made",
+        )
+        return bool(rows and rows[0]["made"])
 
     async def prepare(self) -> None:
         from psycopg import AsyncConnection
