@@ -207,8 +207,20 @@ class Service:
     async def cancel(self, principal: Principal, run_id: str, reason: str | None) -> RunDocument:
         from oarlock.engine._runner import cancel_run
 
-        await self.load(principal, run_id)
-        return await cancel_run(self.store, run_id, reason or f"cancelled by {principal.name}")
+        stored = await self.load(principal, run_id)
+        why = reason or f"cancelled by {principal.name}"
+        if _temporal_driven(stored.document) and stored.document.status in (
+            "running",
+            "waiting_approval",
+        ):  # the workflow cancels the run, as oarlock cancel asks it to
+            from oarlock.temporal import cancel_run as cancel_workflow
+            from oarlock.temporal import connect, driven_by
+
+            target = driven_by(stored.document)
+            assert target is not None
+            await cancel_workflow(await connect(target.address, target.namespace), run_id, why)
+            return stored.document
+        return await cancel_run(self.store, run_id, why)
 
     async def resume(self, principal: Principal, run_id: str) -> RunDocument:
         """Drive a running run now, in this process, under its lease (as ``oarlock
@@ -221,6 +233,10 @@ class Service:
         if doc.status != "running":
             raise RunStateError(
                 f"run {run_id} is {doc.status}: only a running run is resumed", code="run_state"
+            )
+        if _temporal_driven(doc):
+            raise RunStateError(
+                f"run {run_id} is driven by Temporal: its workflow resumes it", code="run_state"
             )
         if isinstance(self.store, RunQueue):
             for lease in await self.store.leases():
@@ -446,6 +462,23 @@ class Service:
                     f"rule {review.rule_id} asks for four eyes: {principal.name} started "
                     "this run and may not approve its calls",
                 )
+        if _temporal_driven(stored.document):  # the decision goes to the run's workflow
+            from oarlock.temporal import connect, decide_run, driven_by
+
+            target = driven_by(stored.document)
+            assert target is not None
+            client = await connect(target.address, target.namespace)
+            await decide_run(
+                client,
+                stored.document,
+                call_id,
+                decision,
+                reason=reason,
+                edited_arguments=edited,
+                response=response,
+                principal=principal.name,
+            )
+            return (await self.store.load(run_id)).document
         return await self._runner(agent).decide(
             run_id,
             call_id,
@@ -556,3 +589,9 @@ def check_text(value: str, what: str, limit: int) -> str:
     if len(value) > limit:
         raise UsageError(f"{what} is longer than {limit} characters", code="too_long")
     return value
+
+
+def _temporal_driven(doc: RunDocument) -> bool:
+    """Whether Temporal drives the run (read without importing Temporal's SDK)."""
+    member = (doc.model_extra or {}).get("drivenBy")
+    return isinstance(member, dict) and member.get("engine") == "temporal"
