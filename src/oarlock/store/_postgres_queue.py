@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import LeaseLost, NotFound, RunBusy, StoreError, UsageError
+from oarlock.store._leases import run_busy
 from oarlock.store._postgres_base import PgBase, pg_queries
 from oarlock.store._queue import Lease, WorkerInfo
 
@@ -72,10 +73,6 @@ def _lease(row: dict[str, Any]) -> Lease:
         queue=row["queue"],
         agent_ref=row["agent_ref"],
     )
-
-
-def _when(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class PostgresQueue(PgBase):
@@ -132,10 +129,8 @@ class PostgresQueue(PgBase):
                 raise NotFound(f"no run {run_id}")
             holder, until = held[0]["lease_owner"], held[0]["lease_until"]
             if holder is not None and isinstance(until, int | float):
-                raise RunBusy(
-                    f"run {run_id} is held by worker {holder} until {_when(float(until))}"
-                )
-        raise RunBusy(f"run {run_id} is held by another worker")
+                raise run_busy(run_id, str(holder), float(until))
+        raise RunBusy(f"run {run_id} is being driven by another process")
 
     async def renew(self, lease: Lease, lease_seconds: float) -> Lease:
         params = {
@@ -159,7 +154,20 @@ class PostgresQueue(PgBase):
         await self._rows(f"releasing run {lease.run_id}", "release", params)
 
     async def heartbeat(self, worker: WorkerInfo) -> None:
+        """Recorded on the database's clock, minus the age of ``worker.heartbeat_at`` on
+        this machine's clock (none for a beat of now; a stopping worker's beat of 1970
+        leaves it listed as gone)."""
+        from oarlock.formats._time import parse_rfc3339
+
+        parsed = parse_rfc3339(worker.heartbeat_at)
+        if parsed is None:
+            raise UsageError(
+                f"heartbeat time {worker.heartbeat_at!r} is not an RFC 3339 date-time",
+                code="usage",
+            )
+        age = max(0.0, time.time() - (parsed[0].timestamp() + float(parsed[1])))
         params = {
+            "age": age,
             "owner": worker.owner,
             "host": worker.host,
             "pid": worker.pid,
