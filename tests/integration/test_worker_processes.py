@@ -282,3 +282,75 @@ def test_a_lapsed_approval_is_denied_by_a_worker_without_a_resume(
     show = oarlock(db, env, "runs", "show", run["id"]).stdout
     assert "denied by policy: expired: no decision by" in show
     ledger_and_documents(db, env, tmp_path, [run["id"]])
+
+
+def conversation(db: Db, run_id: str) -> list[str]:
+    """The parts of the run's messages: ``user:text``, ``assistant:call:TOOL``,
+    ``user:result:TOOL``, ``assistant:text``."""
+
+    async def go() -> list[str]:
+        async with open_db(db, create=False) as store:
+            doc = (await store.load(run_id)).document
+        out = []
+        for message in doc.messages:
+            for part in message.content:
+                name = getattr(part, "name", None) or getattr(part, "tool_name", None)
+                kind = {"tool_call": "call", "tool_result": "result"}.get(part.type, part.type)
+                out.append(":".join([message.role, kind, *([name] if name else [])]))
+        return out
+
+    return asyncio.run(go())
+
+
+def test_every_connection_ended_again_and_again_the_workers_reconnect_and_finish(
+    tmp_path: Path,
+) -> None:
+    """Six times while runs are in flight, every connection to the database is ended from
+    another connection (``pg_terminate_backend``, as a restart of the server would): the
+    workers reconnect and carry on, every run completes with each of its steps once, no
+    side effect is made twice, and a pay is left Uncertain only where its worker said
+    that the run's drive failed."""
+    url = pgtest.new_database()
+    folder = fleet_folder(tmp_path)
+    orders = [f"P-{i:02d}" for i in range(24)]
+    env = environment(tmp_path, PAY_SECONDS="0.3", LOOK_SECONDS="0.2")
+    ids = submit(url, [agent_file(folder, order) for order in orders])
+    settings = ("--concurrency", "3", "--poll", "0.2", "--heartbeat", "0.5", "--lease", "4")
+    workers = [WorkerProcess(url, env, *settings) for _ in range(3)]
+    ended: list[int] = []
+    try:
+        for worker in workers:
+            worker.wait_for(" started: ")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            listed = held_statuses(url)
+            if all(status in TERMINAL for status, _ in listed):
+                break
+            if len(ended) < 6 and any(holder for _, holder in listed):
+                ended.append(pgtest.terminate(url))  # as a restart of the server would
+            time.sleep(0.4)
+        final = held_statuses(url)
+    finally:
+        codes = [w.stop() for w in workers]
+    lines = [text for w in workers for text in w.lines]
+    assert len(ended) == 6 and all(n >= 1 for n in ended), ended
+    assert codes == [0, 0, 0], lines
+    assert [status for status, _ in final] == ["completed"] * len(ids), (final, lines)
+    paid: dict[str, int] = {}
+    for effect in effects(tmp_path):
+        paid[effect["order"]] = paid.get(effect["order"], 0) + 1
+    by_key = {r["key"]: r["status"] for r in receipts(url) if r["tool"] == "pay"}
+    assert sorted(by_key) == sorted(f"pay:{o}" for o in orders)
+    for order, run_id in zip(orders, ids, strict=True):
+        status = by_key[f"pay:{order}"]
+        if status == "Succeeded":
+            assert paid.get(order) == 1, order  # a success is an effect made once
+        else:  # the drive of the run was stopped in the pay, and its worker said so
+            assert status == "Uncertain" and paid.get(order, 0) <= 1, (order, status)
+            assert any(run_id in text and (": error (" in text or "lease lost" in text)
+                       for text in lines), (order, lines)
+    steps = ["user:text", "assistant:call:look", "user:result:look", "assistant:call:pay",
+             "user:result:pay", "assistant:call:look", "user:result:look", "assistant:text"]
+    for run_id in ids:  # every step once: none lost, none taken twice
+        assert conversation(url, run_id) == steps, run_id
+    ledger_and_documents(url, env, tmp_path, ids)

@@ -78,8 +78,11 @@ def _lease(row: dict[str, Any]) -> Lease:
 class PostgresQueue(PgBase):
     """Leases on runnable runs, in the PostgreSQL store."""
 
-    async def _rows(self, doing: str, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """The rows of one writing statement, committed alone."""
+    async def _rows(
+        self, doing: str, name: str, params: dict[str, Any], *, idempotent: bool = False
+    ) -> list[dict[str, Any]]:
+        """The rows of one writing statement, committed alone (run again on a new
+        connection if the connection fails, even mid-commit, when ``idempotent``)."""
 
         async def work(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
             from psycopg.rows import dict_row
@@ -88,7 +91,7 @@ class PostgresQueue(PgBase):
             await cur.execute(_q(name), params)
             return await cur.fetchall() if cur.description else []
 
-        return await self.run(doing, work, transaction=False)
+        return await self.run(doing, work, transaction=False, idempotent=idempotent)
 
     async def claim(
         self,
@@ -139,7 +142,8 @@ class PostgresQueue(PgBase):
             "owner": lease.owner,
             "seconds": _seconds(lease_seconds, "lease_seconds"),
         }
-        rows = await self._rows(f"renewing the lease on run {lease.run_id}", "renew", params)
+        rows = await self._rows(  # run again, it renews again: idempotent
+            f"renewing the lease on run {lease.run_id}", "renew", params, idempotent=True)
         if not rows:
             raise LeaseLost(
                 f"run {lease.run_id}: the lease of epoch {lease.epoch} held by {lease.owner} "
@@ -151,7 +155,8 @@ class PostgresQueue(PgBase):
 
     async def release(self, lease: Lease) -> None:
         params = {"id": lease.run_id, "epoch": lease.epoch, "owner": lease.owner}
-        await self._rows(f"releasing run {lease.run_id}", "release", params)
+        await self._rows(  # run again, it finds the lease gone: idempotent
+            f"releasing run {lease.run_id}", "release", params, idempotent=True)
 
     async def heartbeat(self, worker: WorkerInfo) -> None:
         """Recorded on the database's clock, minus the age of ``worker.heartbeat_at`` on
@@ -174,7 +179,8 @@ class PostgresQueue(PgBase):
             "started_at": worker.started_at,
             "concurrency": worker.concurrency,
         }
-        await self._rows(f"recording the heartbeat of {worker.owner}", "heartbeat", params)
+        await self._rows(
+            f"recording the heartbeat of {worker.owner}", "heartbeat", params, idempotent=True)
 
     async def workers(self, *, within_seconds: float) -> list[WorkerInfo]:
         within = _seconds(within_seconds, "within_seconds")

@@ -91,6 +91,11 @@ FROM saved AS s;
 -- name: run_state
 SELECT version, lease_epoch, lease_owner FROM runs WHERE id = %(id)s;
 
+-- name: saved_state
+-- A save whose commit's outcome is unknown committed if the run is at its version with
+-- its document.
+SELECT version, document FROM runs WHERE id = %(id)s;
+
 -- name: load_run
 SELECT document, version, agent_ref FROM runs WHERE id = %(id)s;
 
