@@ -4,7 +4,8 @@ again on a new connection, since running them twice changes nothing more; a save
 commit's outcome is unknown is settled by reading the run back (stored once, with its
 events once, or run again); a claim of runs is never run twice blindly (its outcome is
 unknown: ``commit_unknown``). Every connection of the database ended at once while many
-transactions are under way: each is run again on a new connection and none fails."""
+transactions are under way: each is run again on a new connection and none fails. Tasks
+that first use a store at once share the one pool it opens."""
 
 from __future__ import annotations
 
@@ -181,3 +182,29 @@ def test_every_connection_ended_under_concurrent_transactions_none_fails(url: st
     assert versions == [41] * 12
     assert len(ended) >= 3 and sum(ended) >= 3, ended
     assert raw(url, "SELECT count(*) FROM events") == [(12 * 40,)]
+
+
+async def test_tasks_that_first_use_a_store_at_once_share_one_pool(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[object] = []
+    real = PgBase._open_pool
+
+    async def counted(self: PgBase, loop: asyncio.AbstractEventLoop) -> Any:
+        pool = await real(self, loop)
+        opened.append(pool)
+        return pool
+
+    monkeypatch.setattr(PgBase, "_open_pool", counted)
+    store = PostgresStore(url)
+    try:
+        listed = await asyncio.gather(*(store.list_runs() for _ in range(30)))
+        assert listed == [[]] * 30
+        assert len(opened) == 1  # one pool (and its tasks), not one per task
+    finally:
+        await store.close()
+    broken = PostgresStore(url.rsplit("/", 1)[0] + "/oarlock_no_such_database")
+    failures = await asyncio.gather(*(broken.list_runs() for _ in range(5)),
+                                    return_exceptions=True)
+    assert all(isinstance(f, StoreError) for f in failures), failures  # each told why
+    await broken.close()

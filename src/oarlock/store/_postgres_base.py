@@ -188,6 +188,7 @@ class PgBase:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._here: _Here | None = None
+        self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
         self._schema_ready = False
         self._closed = False
 
@@ -233,6 +234,34 @@ class PgBase:
                 )
             here.abandon()
             self._here = None
+        opening = self._opening
+        if opening is not None and opening[0] is loop:  # another task of this loop opens it
+            try:
+                await asyncio.shield(opening[1])
+            except asyncio.CancelledError:
+                if not opening[1].cancelled():
+                    raise  # this task was cancelled, not the opening
+            return await self._pool()
+        done: asyncio.Future[None] = loop.create_future()
+        done.add_done_callback(_retrieved)
+        self._opening = (loop, done)
+        try:
+            pool = await self._open_pool(loop)
+        except asyncio.CancelledError:
+            done.cancel()  # the next task to ask opens it
+            raise
+        except BaseException as exc:
+            done.set_exception(exc)
+            raise
+        finally:
+            self._opening = None
+        done.set_result(None)
+        return pool
+
+    async def _open_pool(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        """The pool of ``loop``, opened once however many of its tasks ask at once."""
         if not self._schema_ready:
             await self._prepare_schema()
         from psycopg_pool import AsyncConnectionPool
@@ -422,6 +451,12 @@ class PgBase:
             for version, script in _migrations()[current:]:
                 await conn.execute(script.encode("utf-8"))
                 await conn.execute(_q("schema_record"), {"version": version})
+
+
+def _retrieved(done: asyncio.Future[None]) -> None:
+    """Mark the outcome of an opening as seen (the task that failed raised it)."""
+    if not done.cancelled():
+        done.exception()
 
 
 def _db_error(exc: BaseException, doing: str) -> StoreError:
