@@ -111,3 +111,26 @@ def test_the_temporal_benchmark_measures_both_engines(tmp_path: Path) -> None:
     for case in ("native_ms", "temporal_ms", "native_rps", "temporal_rps"):
         assert len(result["results"][case]) == 1
         assert result["results"][case][0] > 0
+
+def test_the_workers_benchmark_measures_throughput_decisions_and_a_drain(
+    tmp_path: Path,
+) -> None:
+    result = run(
+        BENCH / "bench_workers.py",
+        *("--runs", "6", "--workers", "1,2", "--concurrency", "2", "--decisions", "2",
+          "--drain", "30", "--model-ms", "20"),
+        cwd=tmp_path,
+    )
+    rows = [(r["backend"], r["workers"]) for r in result["throughput"]]
+    assert rows == [("postgresql", 1), ("postgresql", 2), ("sqlite", 1), ("sqlite", 2)]
+    for row in result["throughput"]:
+        assert row["runs"] == 6 and row["runs_per_s"] > 0
+        assert row["claims_taking_runs"] >= 1 and row["claim_p99_ms"] >= row["claim_p50_ms"]
+    assert [r["decisions"] for r in result["decision_to_tool"]] == [2, 2]
+    assert all(r["p50_ms"] > 0 for r in result["decision_to_tool"])
+    drain = result["drain"]
+    assert drain["runs"] == 30 and drain["drain_s"] > 0
+    # the plan is shown (with 30 runs a scan of the table is cheaper than the index: the
+    # index's use with a long queue is tested in test_postgres_queue.py)
+    assert drain["claim_plan"].startswith("Update on runs"), drain["claim_plan"]
+    assert "LockRows" in drain["claim_plan"]

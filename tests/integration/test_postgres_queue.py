@@ -16,9 +16,10 @@ import psycopg
 import pytest
 
 import pgtest
-from oarlock.errors import ConflictError, LeaseLost, NotFound, RunBusy
+from oarlock.errors import ConflictError, LeaseLost, NotFound, RunBusy, UsageError
 from oarlock.formats import RunDocument, dump_run, parse_run
 from oarlock.formats._jcs import digest
+from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._records import Claim
 from oarlock.store import Event
 from oarlock.store._postgres import PostgresStore
@@ -269,9 +270,10 @@ async def test_wake_ups_are_sent_when_a_run_becomes_runnable(url: str) -> None:
 async def test_heartbeats_and_workers(url: str) -> None:
     async with PostgresStore(url) as store:
         await store.create(doc("r1"), [])
-        info = WorkerInfo("w1", "host-a", 123, NOW, NOW, 4)
+        beat = now_rfc3339()
+        info = WorkerInfo("w1", "host-a", 123, NOW, beat, 4)
         await store.heartbeat(info)
-        await store.heartbeat(WorkerInfo("w2", "host-b", 7, NOW, NOW, 1))
+        await store.heartbeat(WorkerInfo("w2", "host-b", 7, NOW, beat, 1))
         await store.claim("w1", limit=1, lease_seconds=30)
         workers = {w.owner: w for w in await store.workers(within_seconds=60)}
         assert set(workers) == {"w1", "w2"}
@@ -280,6 +282,26 @@ async def test_heartbeats_and_workers(url: str) -> None:
             "host-a", 123, 4)  # fmt: skip
         raw(url, "UPDATE workers SET heartbeat_at = now() - interval '1 hour' WHERE owner='w2'")
         assert [w.owner for w in await store.workers(within_seconds=60)] == ["w1"]
+
+
+async def test_a_heartbeat_is_as_old_as_the_worker_says_on_the_database_clock(
+    url: str,
+) -> None:
+    async with PostgresStore(url) as store:
+        await store.heartbeat(WorkerInfo("w1", "h", 1, NOW, now_rfc3339(), 1))
+        await store.heartbeat(WorkerInfo("w2", "h", 2, NOW, shift_rfc3339(now_rfc3339(), -100), 1))
+        assert [w.owner for w in await store.workers(within_seconds=30)] == ["w1"]
+        await store.heartbeat(WorkerInfo("w2", "h", 2, NOW, now_rfc3339(), 1))
+        assert [w.owner for w in await store.workers(within_seconds=30)] == ["w1", "w2"]
+        await store.heartbeat(WorkerInfo("w1", "h", 1, NOW, "1970-01-01T00:00:00Z", 1))  # gone
+        assert [w.owner for w in await store.workers(within_seconds=30)] == ["w2"]
+        ahead = WorkerInfo("w3", "h", 3, NOW, shift_rfc3339(now_rfc3339(), 3600), 1)
+        await store.heartbeat(ahead)  # a clock ahead: recorded as now, not in the future
+        [(age,)] = raw(url, "SELECT extract(epoch FROM statement_timestamp() - heartbeat_at) "
+                       "FROM workers WHERE owner = 'w3'")
+        assert 0 <= float(age) < 30
+        with pytest.raises(UsageError, match="not an RFC 3339 date-time"):
+            await store.heartbeat(WorkerInfo("w4", "h", 4, NOW, "yesterday", 1))
 
 
 async def test_runs_are_listed_by_tenant(url: str) -> None:

@@ -12,15 +12,19 @@ from pathlib import Path
 
 import pytest
 from worker_fleet import (
+    Db,
     WorkerProcess,
     agent_file,
     effects,
     environment,
     fleet_folder,
     oarlock,
+    open_db,
     runs,
     wait_until,
 )
+
+import pgtest
 
 FAST = ("--poll", "0.2", "--heartbeat", "0.2", "--lease", "2")
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -31,10 +35,20 @@ def fleet(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     return fleet_folder(tmp_path), tmp_path / "runs.db", environment(tmp_path)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def either(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[Path, Db, dict[str, str]]:
+    """The fleet's folder, its database (an SQLite file, or a PostgreSQL database of its
+    own) and environment."""
+    db: Db = tmp_path / "runs.db" if request.param == "sqlite" else pgtest.new_database()
+    return fleet_folder(tmp_path), db, environment(tmp_path)
+
+
 def test_a_held_run_shows_its_worker_and_a_second_resume_is_refused(
-    fleet: tuple[Path, Path, dict[str, str]], tmp_path: Path
+    either: tuple[Path, Db, dict[str, str]], tmp_path: Path
 ) -> None:
-    folder, db, env = fleet
+    folder, db, env = either
     env["LOOK_SECONDS"] = "3"
     path = agent_file(folder, "H-1")
     submitted = oarlock(db, env, "run", str(path), "refund H-1", "--detach")
@@ -70,9 +84,9 @@ def test_a_held_run_shows_its_worker_and_a_second_resume_is_refused(
 
 
 def test_an_approval_signed_with_a_configured_key_is_acted_on_by_a_worker(
-    fleet: tuple[Path, Path, dict[str, str]],
+    either: tuple[Path, Db, dict[str, str]], tmp_path: Path
 ) -> None:
-    folder, db, env = fleet
+    folder, db, env = either
     path = agent_file(folder, "K-1", approval_ttl=3600)  # the refund needs a human
     started = oarlock(db, env, "run", str(path), "refund K-1")
     assert started.returncode == 0, started.stderr
@@ -90,25 +104,23 @@ def test_an_approval_signed_with_a_configured_key_is_acted_on_by_a_worker(
         wait_until(lambda: runs(db, env)[0]["status"] == "completed")
     finally:
         assert worker.stop() == 0
-    assert [e["order"] for e in effects(db.parent)] == ["K-1"]
+    assert [e["order"] for e in effects(tmp_path)] == ["K-1"]
     assert worker.said(f"run {run['id']}: completed")
 
 
 def test_an_approval_of_a_run_a_worker_took_says_who_drives_it(
-    fleet: tuple[Path, Path, dict[str, str]],
+    either: tuple[Path, Db, dict[str, str]], tmp_path: Path
 ) -> None:
     import asyncio
 
-    from oarlock.store import SQLiteStore
-
-    folder, db, env = fleet
+    folder, db, env = either
     path = agent_file(folder, "W-1", approval_ttl=3600)
     started = oarlock(db, env, "run", str(path), "refund W-1")
     [call] = re.findall(r"waiting for a decision on (\S+):", started.stdout)
     [run] = runs(db, env)
 
     async def hold() -> None:  # a worker claims the run as soon as it is decided
-        async with SQLiteStore(db) as store:
+        async with open_db(db) as store:
             await store.claim_run(run["id"], "worker:elsewhere:1:w", lease_seconds=600)
 
     asyncio.run(hold())
@@ -119,7 +131,7 @@ def test_an_approval_of_a_run_a_worker_took_says_who_drives_it(
     assert re.fullmatch(
         rf"run {run['id']} is being driven by worker:elsewhere:1:w until {TIME}", lines[1])
     assert runs(db, env)[0]["status"] == "running"  # decided; left to its holder
-    assert effects(db.parent) == []
+    assert effects(tmp_path) == []
 
 
 @pytest.mark.parametrize(

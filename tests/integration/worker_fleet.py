@@ -5,7 +5,10 @@ start, signal and read ``oarlock worker`` processes.
 Each run looks its order up, pays for it (a ``spend`` tool, allowed by the policy: a
 standing approval), looks it up again and answers. ``pay`` is keyed by its order
 (``pay:ORDER``) and appends one line per call to ``$EFFECTS``: a line twice for one order is
-a side effect made twice."""
+a side effect made twice.
+
+A database is an SQLite file (a ``Path``) or a PostgreSQL URL (a ``str``): the commands
+and the workers take either as ``--db``; :func:`open_db` opens either in Python."""
 
 from __future__ import annotations
 
@@ -18,7 +21,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oarlock.store import PostgresStore, SQLiteStore
+
+Db = Path | str
 
 TIMEOUT = 60
 
@@ -105,7 +113,7 @@ def environment(tmp: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def oarlock(db: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def oarlock(db: Db, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "oarlock.cli", "--db", str(db), *args],
         env=env, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
@@ -117,7 +125,7 @@ class WorkerProcess:
     """``oarlock worker`` in a process of its own; its output lines, collected as they
     come."""
 
-    def __init__(self, db: Path, env: dict[str, str], *args: str) -> None:
+    def __init__(self, db: Db, env: dict[str, str], *args: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "oarlock.cli", "--db", str(db), "worker", *args],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -172,7 +180,7 @@ def effects(tmp: Path) -> list[dict[str, Any]]:
     return [json.loads(text) for text in path.read_text().splitlines()]
 
 
-def runs(db: Path, env: dict[str, str], *args: str) -> list[dict[str, Any]]:
+def runs(db: Db, env: dict[str, str], *args: str) -> list[dict[str, Any]]:
     out = oarlock(db, env, "runs", "list", "--json", "--limit", "1000", *args)
     assert out.returncode == 0, out.stderr
     listed: list[dict[str, Any]] = json.loads(out.stdout)
@@ -188,3 +196,14 @@ def wait_until(check: Any, timeout: float = TIMEOUT, every: float = 0.1) -> None
 
 def alive(processes: list[WorkerProcess]) -> Iterator[WorkerProcess]:
     return (p for p in processes if p.proc.poll() is None)
+
+
+def open_db(db: Db, *, create: bool = True) -> SQLiteStore | PostgresStore:
+    """The store of ``db``: an SQLite file, or the PostgreSQL database of a URL."""
+    if isinstance(db, str):
+        from oarlock.store import PostgresStore
+
+        return PostgresStore(db, create=create)
+    from oarlock.store import SQLiteStore
+
+    return SQLiteStore(db, create=create)

@@ -265,3 +265,44 @@ async def test_a_decision_on_a_run_another_holds_is_recorded_and_left_to_it() ->
                               "approved", resume=True)
     assert (doc.status, doc.pending_approvals[0].decision) == ("running", "approved")
     assert [x.owner for x in await live(store)] == ["worker:w:1:x"]
+
+
+async def test_a_watch_whose_look_at_the_store_fails_stops_the_work_it_watched() -> None:
+    """The watcher of a step's tool calls reads the run every ``watch_interval``; when that
+    read fails (the database away), the step's calls are stopped with the drive, not left
+    running unobserved."""
+    started, stopped = asyncio.Event(), []
+
+    @tool(side_effect="read")
+    async def slow(x: str) -> str:
+        """Take a long time."""
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped.append(x)
+            raise
+        return x
+
+    class Failing(MemoryStore):
+        fail = False
+
+        async def load(self, run_id: str) -> Any:
+            if self.fail:
+                raise StoreError("the database went away")
+            return await super().load(run_id)
+
+    store = Failing()
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "slow", "arguments": {"x": "one"}}]}, {"text": "done"}])
+    runner = Runner(Agent("watched", model, tools=[slow]), store, watch_interval=0.05)
+
+    async def away() -> None:
+        await started.wait()
+        store.fail = True
+
+    going = asyncio.ensure_future(away())
+    with pytest.raises(StoreError, match="the database went away"):
+        await asyncio.wait_for(runner.start("go"), 10)
+    await going
+    assert stopped == ["one"]  # stopped by the drive's end, not left running

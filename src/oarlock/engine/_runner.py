@@ -707,8 +707,8 @@ class Runner(Conversations, Decisions):
                     if isinstance(outcome, LeaseLost):  # ended by the run's next holder
                         raise outcome
                     raise _CancelledElsewhere(stored.document)
-        except asyncio.CancelledError:  # the work stops with its watcher, and says so first
-            task.cancel()
+        except BaseException:  # the work stops with its watcher (cancelled, or its look at
+            task.cancel()  # the store failed), and says so first
             await asyncio.gather(task, return_exceptions=True)
             raise
 

@@ -43,7 +43,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Self
 
-from oarlock.errors import ConflictError, FormatError, IntegrityError, LeaseLost, NotFound
+from oarlock.errors import (
+    ConflictError,
+    FormatError,
+    IntegrityError,
+    LeaseLost,
+    NotFound,
+    StoreError,
+)
 from oarlock.store._postgres_base import pg_queries
 from oarlock.store._postgres_queue import PostgresQueue
 
@@ -266,7 +273,26 @@ class PostgresStore(PostgresQueue):
                 await self._refuse_save(conn, run_id, expected_version, lease)
             return expected_version + 1
 
-        return await self.run(f"saving run {run_id}", write, transaction=not flush, sync=flush)
+        doing = f"saving run {run_id}"
+        try:
+            return await self.run(doing, write, transaction=not flush, sync=flush)
+        except StoreError as exc:
+            if exc.code != "commit_unknown":
+                raise
+        # the connection was lost while the save committed: read the run back
+        if await self._saved(run_id, expected_version + 1, params["document"]):
+            return expected_version + 1
+        # not stored: run it again (the version and the fence are checked again)
+        return await self.run(doing, write, transaction=not flush, sync=flush)
+
+    async def _saved(self, run_id: str, version: int, document: bytes) -> bool:
+        """Whether the run is stored at ``version`` with exactly ``document``: a save
+        whose commit's outcome was unknown committed."""
+        rows = await self.fetch(
+            f"reading run {run_id} back", _q("saved_state"), {"id": run_id}
+        )
+        return bool(rows) and rows[0]["version"] == version and (
+            bytes(rows[0]["document"]) == document)
 
     @staticmethod
     async def _refuse_save(

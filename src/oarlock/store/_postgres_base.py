@@ -9,10 +9,16 @@ loops that use it, as the SQLite store does. It is used from one event loop at a
 
 A write is one statement (committed alone) or one transaction; either way the method
 returns after the commit. A connection the server ended (``pg_terminate_backend``, a
-restart) is found when it is next used: a transaction that fails before its ``COMMIT`` was
-sent changed nothing and is run again on a new connection, once the pool has dropped its
-dead connections; so is a single statement refused because its connection was already
-ended (SQLSTATE class 57P). A failure while a commit was under way leaves its outcome
+restart) is found when it is next used: a transaction that fails before its ``COMMIT``
+was sent changed nothing and is run again on a new connection, once the pool has dropped
+its dead connections (``pool.check()``, which tests every idle one at once), up to five
+tries: a connection that another task was using when every one was ended comes back to
+the pool dead a moment later, and may be the one handed out next. (The pool does not test
+a connection as it hands it out: its own loop for that waits 1, 2, 4, 8 ... s after each
+dead one, so that ten connections ended at once would keep a caller waiting half a
+minute.) So is a single statement refused because its connection was already ended (SQLSTATE class
+57P), and an idempotent one (a read, a lease's renewal or release, a heartbeat) whatever
+the moment it failed. A failure while another commit was under way leaves its outcome
 unknown: ``StoreError`` with code ``commit_unknown``, never acknowledged.
 
 The URL's password never reaches output: it is registered as a secret
@@ -57,7 +63,7 @@ _SQL = Path(__file__).with_name("sql")
 # SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now: the
 # server ended the connection before it ran anything sent on it
 _ENDED = frozenset({"57P01", "57P02", "57P03"})
-_RETRIES = 3
+_RETRIES = 5
 
 
 def display_url(url: str) -> str:
@@ -182,6 +188,7 @@ class PgBase:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._here: _Here | None = None
+        self._opening: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
         self._schema_ready = False
         self._closed = False
 
@@ -227,6 +234,34 @@ class PgBase:
                 )
             here.abandon()
             self._here = None
+        opening = self._opening
+        if opening is not None and opening[0] is loop:  # another task of this loop opens it
+            try:
+                await asyncio.shield(opening[1])
+            except asyncio.CancelledError:
+                if not opening[1].cancelled():
+                    raise  # this task was cancelled, not the opening
+            return await self._pool()
+        done: asyncio.Future[None] = loop.create_future()
+        done.add_done_callback(_retrieved)
+        self._opening = (loop, done)
+        try:
+            pool = await self._open_pool(loop)
+        except asyncio.CancelledError:
+            done.cancel()  # the next task to ask opens it
+            raise
+        except BaseException as exc:
+            done.set_exception(exc)
+            raise
+        finally:
+            self._opening = None
+        done.set_result(None)
+        return pool
+
+    async def _open_pool(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> AsyncConnectionPool[AsyncConnection[Any]]:
+        """The pool of ``loop``, opened once however many of its tasks ask at once."""
         if not self._schema_ready:
             await self._prepare_schema()
         from psycopg_pool import AsyncConnectionPool
@@ -264,11 +299,13 @@ class PgBase:
     ) -> T:
         """``work`` on a pooled connection: inside ``BEGIN`` ... ``COMMIT`` when
         ``transaction`` (with ``synchronous_commit = off`` unless ``sync``), else as
-        autocommit statements (one write at most, or reads: ``idempotent``).
+        autocommit statements (one write at most, or ``idempotent``: reads, or a write
+        that, run again after it committed, changes nothing more).
 
-        A failure of the connection before anything could have been committed is retried
-        on a new connection; OarlockErrors that ``work`` raises (a refusal) roll back and
-        pass through; any other failure of the database is a StoreError."""
+        A failure of the connection before anything could have been committed (or of
+        idempotent work, whenever) is retried on a new connection; OarlockErrors that
+        ``work`` raises (a refusal) roll back and pass through; any other failure of the
+        database is a StoreError."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
@@ -414,6 +451,12 @@ class PgBase:
             for version, script in _migrations()[current:]:
                 await conn.execute(script.encode("utf-8"))
                 await conn.execute(_q("schema_record"), {"version": version})
+
+
+def _retrieved(done: asyncio.Future[None]) -> None:
+    """Mark the outcome of an opening as seen (the task that failed raised it)."""
+    if not done.cancelled():
+        done.exception()
 
 
 def _db_error(exc: BaseException, doing: str) -> StoreError:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import LeaseLost, NotFound, RunBusy, StoreError, UsageError
+from oarlock.store._leases import run_busy
 from oarlock.store._postgres_base import PgBase, pg_queries
 from oarlock.store._queue import Lease, WorkerInfo
 
@@ -74,15 +75,14 @@ def _lease(row: dict[str, Any]) -> Lease:
     )
 
 
-def _when(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 class PostgresQueue(PgBase):
     """Leases on runnable runs, in the PostgreSQL store."""
 
-    async def _rows(self, doing: str, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """The rows of one writing statement, committed alone."""
+    async def _rows(
+        self, doing: str, name: str, params: dict[str, Any], *, idempotent: bool = False
+    ) -> list[dict[str, Any]]:
+        """The rows of one writing statement, committed alone (run again on a new
+        connection if the connection fails, even mid-commit, when ``idempotent``)."""
 
         async def work(conn: AsyncConnection[Any]) -> list[dict[str, Any]]:
             from psycopg.rows import dict_row
@@ -91,7 +91,7 @@ class PostgresQueue(PgBase):
             await cur.execute(_q(name), params)
             return await cur.fetchall() if cur.description else []
 
-        return await self.run(doing, work, transaction=False)
+        return await self.run(doing, work, transaction=False, idempotent=idempotent)
 
     async def claim(
         self,
@@ -132,10 +132,8 @@ class PostgresQueue(PgBase):
                 raise NotFound(f"no run {run_id}")
             holder, until = held[0]["lease_owner"], held[0]["lease_until"]
             if holder is not None and isinstance(until, int | float):
-                raise RunBusy(
-                    f"run {run_id} is held by worker {holder} until {_when(float(until))}"
-                )
-        raise RunBusy(f"run {run_id} is held by another worker")
+                raise run_busy(run_id, str(holder), float(until))
+        raise RunBusy(f"run {run_id} is being driven by another process")
 
     async def renew(self, lease: Lease, lease_seconds: float) -> Lease:
         params = {
@@ -144,7 +142,8 @@ class PostgresQueue(PgBase):
             "owner": lease.owner,
             "seconds": _seconds(lease_seconds, "lease_seconds"),
         }
-        rows = await self._rows(f"renewing the lease on run {lease.run_id}", "renew", params)
+        rows = await self._rows(  # run again, it renews again: idempotent
+            f"renewing the lease on run {lease.run_id}", "renew", params, idempotent=True)
         if not rows:
             raise LeaseLost(
                 f"run {lease.run_id}: the lease of epoch {lease.epoch} held by {lease.owner} "
@@ -156,17 +155,32 @@ class PostgresQueue(PgBase):
 
     async def release(self, lease: Lease) -> None:
         params = {"id": lease.run_id, "epoch": lease.epoch, "owner": lease.owner}
-        await self._rows(f"releasing run {lease.run_id}", "release", params)
+        await self._rows(  # run again, it finds the lease gone: idempotent
+            f"releasing run {lease.run_id}", "release", params, idempotent=True)
 
     async def heartbeat(self, worker: WorkerInfo) -> None:
+        """Recorded on the database's clock, minus the age of ``worker.heartbeat_at`` on
+        this machine's clock (none for a beat of now; a stopping worker's beat of 1970
+        leaves it listed as gone)."""
+        from oarlock.formats._time import parse_rfc3339
+
+        parsed = parse_rfc3339(worker.heartbeat_at)
+        if parsed is None:
+            raise UsageError(
+                f"heartbeat time {worker.heartbeat_at!r} is not an RFC 3339 date-time",
+                code="usage",
+            )
+        age = max(0.0, time.time() - (parsed[0].timestamp() + float(parsed[1])))
         params = {
+            "age": age,
             "owner": worker.owner,
             "host": worker.host,
             "pid": worker.pid,
             "started_at": worker.started_at,
             "concurrency": worker.concurrency,
         }
-        await self._rows(f"recording the heartbeat of {worker.owner}", "heartbeat", params)
+        await self._rows(
+            f"recording the heartbeat of {worker.owner}", "heartbeat", params, idempotent=True)
 
     async def workers(self, *, within_seconds: float) -> list[WorkerInfo]:
         within = _seconds(within_seconds, "within_seconds")

@@ -91,6 +91,11 @@ FROM saved AS s;
 -- name: run_state
 SELECT version, lease_epoch, lease_owner FROM runs WHERE id = %(id)s;
 
+-- name: saved_state
+-- A save whose commit's outcome is unknown committed if the run is at its version with
+-- its document.
+SELECT version, document FROM runs WHERE id = %(id)s;
+
 -- name: load_run
 SELECT document, version, agent_ref FROM runs WHERE id = %(id)s;
 
@@ -174,8 +179,11 @@ WITH released AS (
 SELECT pg_notify('oarlock_work', tenant) FROM released WHERE status = 'running';
 
 -- name: heartbeat
+-- On the database's clock, as old as the worker says it is (a stopping worker's last
+-- heartbeat is dated 1970: it is no longer listed).
 INSERT INTO workers (owner, host, pid, started_at, concurrency, heartbeat_at)
-VALUES (%(owner)s, %(host)s, %(pid)s, %(started_at)s, %(concurrency)s, statement_timestamp())
+VALUES (%(owner)s, %(host)s, %(pid)s, %(started_at)s, %(concurrency)s,
+        statement_timestamp() - make_interval(secs => %(age)s))
 ON CONFLICT (owner) DO UPDATE
 SET host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,
     concurrency = excluded.concurrency, heartbeat_at = excluded.heartbeat_at;
