@@ -217,14 +217,35 @@ def _telemetry_off_after_each_test() -> Iterator[None]:
     """A test that configures OpenTelemetry in this process (``oarlock --otel`` run in
     process, say) sets the API's global providers, which the API lets be set once a
     process: they are put back to unset afterwards, so that telemetry stays off in every
-    other test, as it is in a process that never asked for it."""
+    other test, as it is in a process that never asked for it; so are JSON logs."""
     yield
     from opentelemetry import trace
     from opentelemetry.metrics import _internal as metrics
 
-    if trace._TRACER_PROVIDER is not None:
+    from oarlock.telemetry import _setup
+
+    if trace._TRACER_PROVIDER is not None or metrics._METER_PROVIDER is not None:
         trace._TRACER_PROVIDER = None
         trace._TRACER_PROVIDER_SET_ONCE._done = False
-    if metrics._METER_PROVIDER is not None:
         metrics._METER_PROVIDER = None
         metrics._METER_PROVIDER_SET_ONCE._done = False
+        for observer in _setup._DEFAULT:  # it remembers having seen them: it looks again
+            observer._on = False
+            observer._instruments = None
+    _json_logs_off()
+
+
+def _json_logs_off() -> None:
+    """JSON logs asked for in this process (``oarlock --log-format json`` run in process)
+    are turned off again: the handler taken away, the flag put back."""
+    import logging
+
+    from oarlock.telemetry import _logs
+
+    if _logs._ON[0]:
+        logger = logging.getLogger("oarlock")
+        for handler in list(logger.handlers):
+            if isinstance(handler.formatter, _logs.JsonLogFormatter):
+                logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+        _logs._ON[0] = False
