@@ -291,7 +291,7 @@ async def test_a_run_of_an_agent_file_is_driven_with_its_agent_loaded_once(
     await until(lambda: all_done(store))
     await w.stop()
     assert {(await store.load(i)).document.result for i in ids} == {"hello"}
-    assert len(w.worker._loaded) == 1
+    assert len(w.worker._agents._loaded) == 1
 
 
 def approval_ttl_agent(ttl: float) -> Agent:

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,6 +36,7 @@ from temporalio.exceptions import ApplicationError
 from oarlock._secrets import redact
 from oarlock.engine import _core as core
 from oarlock.engine._execute import error_result, plan_call
+from oarlock.engine._run_agents import RunAgents
 from oarlock.engine._runner import Runner, update_run
 from oarlock.errors import (
     ConflictError,
@@ -205,17 +205,14 @@ class Activities:
         clock: Callable[[], str] | None = None,
     ) -> None:
         self.store, self.approver, self.clock = store, approver, clock
-        self._agents = dict(agents or {})
-        self._loaded: dict[tuple[str, str], tuple[int, Agent]] = {}
-        self._connected: set[int] = set()
-        self._stack = contextlib.AsyncExitStack()
+        self._agents = RunAgents(agents)
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.model_step, self.tool_call, self.decide, self.reconcile]
 
     async def aclose(self) -> None:
         """Stop the MCP servers of the agents this worker connected."""
-        await self._stack.aclose()
+        await self._agents.aclose()
 
     # -- the run and its agent ----------------------------------------------------------
     async def _load(self, run_id: str) -> StoredRun:
@@ -227,30 +224,7 @@ class Activities:
         return stored
 
     async def _agent(self, stored: StoredRun) -> Agent:
-        doc = stored.document
-        given = self._agents.get(doc.agent)
-        if given is not None:
-            return await self._connect(given)
-        from oarlock.engine._agentfile import run_agent
-
-        ref = stored.agent_ref or ""
-        try:
-            stamp = os.stat(ref).st_mtime_ns if ref else 0
-        except OSError:
-            stamp = -1  # the load says what is wrong with it
-        key = (ref, doc.model)
-        cached = self._loaded.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        agent = await self._connect(run_agent(stored.agent_ref, doc.model, doc.id))
-        self._loaded[key] = (stamp, agent)
-        return agent
-
-    async def _connect(self, agent: Agent) -> Agent:
-        if agent.mcp_servers and id(agent) not in self._connected:
-            await self._stack.enter_async_context(agent.connected())
-            self._connected.add(id(agent))
-        return agent
+        return await self._agents.of(stored)
 
     async def _runner(self, stored: StoredRun) -> Runner | Snapshot:
         """The run's runner; when its agent cannot be loaded, the run fails, saying why,

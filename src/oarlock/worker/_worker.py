@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from oarlock.engine import _core as core
 from oarlock.engine._lease import release_dead
 from oarlock.engine._observe import RunObserver
+from oarlock.engine._run_agents import RunAgents
 from oarlock.engine._runner import Runner, update_run
 from oarlock.errors import ConflictError, LeaseLost, OarlockError, UsageError
 from oarlock.formats._time import now_rfc3339
@@ -110,10 +111,7 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.owner = owner or worker_id()
         self.started_at = now_rfc3339()
-        self._agents = dict(agents or {})
-        self._loaded: dict[tuple[str, str], tuple[int, Agent]] = {}
-        self._connected: set[int] = set()
-        self._stack = contextlib.AsyncExitStack()
+        self._agents = RunAgents(agents)
         self._drives: dict[str, _Drive] = {}
         self._on_event = on_event
         if observer is None:
@@ -173,7 +171,7 @@ class Worker:
                     task.cancel()
                     await asyncio.gather(task, return_exceptions=True)
             await self._beat(gone=True)
-            await self._stack.aclose()
+            await self._agents.aclose()
             self._emit("stopped")
 
     def _tasks(self) -> list[asyncio.Task[None]]:
@@ -332,31 +330,7 @@ class Worker:
         self._emit("failed", lease.run_id, message)
 
     async def _agent(self, stored: StoredRun) -> Agent:
-        doc = stored.document
-        given = self._agents.get(doc.agent)
-        if given is not None:
-            return await self._connect(given)
-        from oarlock.engine._agentfile import run_agent
-
-        ref = stored.agent_ref or ""
-        try:
-            stamp = os.stat(ref).st_mtime_ns if ref else 0
-        except OSError:
-            stamp = -1  # the load says what is wrong with it
-        key = (ref, doc.model)
-        cached = self._loaded.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        agent = await self._connect(run_agent(stored.agent_ref, doc.model, doc.id))
-        self._loaded[key] = (stamp, agent)
-        return agent
-
-    async def _connect(self, agent: Agent) -> Agent:
-        """The agent with its MCP servers started, once for the worker's life."""
-        if agent.mcp_servers and id(agent) not in self._connected:
-            await self._stack.enter_async_context(agent.connected())
-            self._connected.add(id(agent))
-        return agent
+        return await self._agents.of(stored)
 
     # -- the heartbeat ------------------------------------------------------------------
     async def _heartbeats(self) -> None:
