@@ -11,8 +11,16 @@ from typing import Any
 import pytest
 
 from oarlock.errors import ConfigError
-from oarlock.tools import tool
-from oarlock.tools._sync import BUDGET, PROBES
+from oarlock.tools import _sync, tool
+from oarlock.tools._sync import PROBES
+
+BUDGET = 0.05  # the budget in these tests: a quick call here is far below it, however loaded
+SLOW = BUDGET * 3  # the machine, and a slow one far above
+
+
+@pytest.fixture(autouse=True)
+def _budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_sync, "BUDGET", BUDGET)
 
 
 def _recorder(pause: float = 0.0) -> tuple[list[bool], Any]:
@@ -47,7 +55,7 @@ async def test_a_slow_probe_keeps_the_tool_in_the_thread_for_good() -> None:
 
     def look(sku: str) -> str:
         if slow["now"]:
-            time.sleep(BUDGET * 3)
+            time.sleep(SLOW)
         return str(fn(sku))
 
     t = tool(side_effect="read", name="look")(look)
@@ -64,7 +72,7 @@ async def test_a_slow_call_on_the_loop_sends_the_tool_back_to_the_thread() -> No
     def look(sku: str) -> str:
         result = str(fn(sku))
         if slow["now"]:
-            time.sleep(BUDGET * 3)
+            time.sleep(SLOW)
         return result
 
     t = tool(side_effect="read", name="look")(look)
@@ -80,12 +88,15 @@ async def test_a_slow_call_on_the_loop_sends_the_tool_back_to_the_thread() -> No
 
 async def test_a_function_that_needs_its_own_loop_is_run_again_in_the_thread() -> None:
     calls: list[str] = []
+    nested = {"now": False}
 
     async def inner() -> str:
         return "inner"
 
     def look(sku: str) -> str:
         calls.append(sku)
+        if not nested["now"]:
+            return "plain"
         coro = inner()
         try:
             return asyncio.run(coro)  # refused on a running loop: RuntimeError
@@ -94,10 +105,16 @@ async def test_a_function_that_needs_its_own_loop_is_run_again_in_the_thread() -
             raise
 
     t = tool(side_effect="read")(look)
-    for _ in range(PROBES + 2):
+    for _ in range(PROBES):
+        assert await t.call({"sku": "A"}) == "plain"
+    assert t._sync.on_loop
+    nested["now"] = True
+    for _ in range(3):
         assert await t.call({"sku": "A"}) == "inner"
-    # the probes, then one refused call on the loop run again in the thread, then thread
-    assert len(calls) == PROBES + 3
+    # the probes; then one call refused on the loop and run again in the thread; then the
+    # thread for good
+    assert len(calls) == PROBES + 4
+    assert not t._sync.on_loop
 
 
 async def test_an_error_on_the_loop_is_the_tools_answer_and_runs_once() -> None:
@@ -142,7 +159,7 @@ async def test_blocking_true_keeps_a_read_tool_in_the_thread() -> None:
 
 
 async def test_blocking_false_calls_on_the_loop_from_the_first_call_whatever_it_takes() -> None:
-    on_loop, fn = _recorder(pause=BUDGET * 2)
+    on_loop, fn = _recorder(pause=SLOW)
     t = tool(side_effect="shared-write", blocking=False)(fn)
     await _call(t, 3)
     assert on_loop == [True, True, True]
