@@ -38,7 +38,7 @@ from oarlock.governance._ledger import (
     verify_chains,
 )
 from oarlock.governance._owner import owner_alive
-from oarlock.governance._records import Claim, Reconciliation, StoredReceipt, run_uuid
+from oarlock.governance._records import Claim, Reconciliation, run_uuid
 from oarlock.store._base import RunStore
 
 __all__ = ["dispatch"]
@@ -63,20 +63,6 @@ def _sandbox(box: dict[str, Any]) -> str:
         f"{box.get('isolation')}, egress {box.get('egressProfile')}, workspace "
         f"{box.get('workspaceId')}, {ended}, {kept}{dropped}"
     )
-
-
-def _row(item: StoredReceipt) -> dict[str, Any]:
-    inv, rec = item.invocation, item.receipt
-    return {
-        "invocationId": rec["invocationId"],
-        "status": rec["status"],
-        "tool": inv["toolId"],
-        "runId": inv["runId"],
-        "finishedAt": rec.get("finishedAt"),
-        "effect": rec.get("effect"),
-        "error": rec.get("error"),
-        "reconciled": [r.outcome for r in item.reconciliations],
-    }
 
 
 _OWNER = {True: "running", False: "owner gone", None: "owner on another host"}
@@ -118,13 +104,13 @@ async def _list(args: argparse.Namespace, store: RunStore) -> int:
     run = None if args.run is None else run_uuid(args.run)
     items = await store.governance().receipts(run_id=run, status=args.status, limit=args.limit)
     if args.json:
-        print(dumps([_row(i) for i in items]))
+        print(dumps([i.row() for i in items]))
         return EXIT_OK
     if not items:
         print("no receipts")
         return EXIT_OK
     for item in items:
-        r = _row(item)
+        r = item.row()
         status = line(r["status"])
         if r["reconciled"]:
             status += f" (reconciled: {line(r['reconciled'][-1])})"

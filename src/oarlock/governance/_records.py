@@ -258,6 +258,20 @@ class StoredReceipt:
     def invocation_id(self) -> str:
         return str(self.receipt["invocationId"])
 
+    def row(self) -> dict[str, Any]:
+        """The receipt as one row of a listing (``receipts list --json``, the HTTP API)."""
+        inv, rec = self.invocation, self.receipt
+        return {
+            "invocationId": rec["invocationId"],
+            "status": rec["status"],
+            "tool": inv["toolId"],
+            "runId": inv["runId"],
+            "finishedAt": rec.get("finishedAt"),
+            "effect": rec.get("effect"),
+            "error": rec.get("error"),
+            "reconciled": [r.outcome for r in self.reconciliations],
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class CallOutcome:

@@ -271,20 +271,6 @@ async def decide(
 
 
 # -- receipts, artifacts, audit -------------------------------------------------------------
-def _receipt_row(item: Any) -> dict[str, Any]:
-    inv, rec = item.invocation, item.receipt
-    return {
-        "invocationId": rec["invocationId"],
-        "status": rec["status"],
-        "tool": inv["toolId"],
-        "runId": inv["runId"],
-        "finishedAt": rec.get("finishedAt"),
-        "effect": rec.get("effect"),
-        "error": rec.get("error"),
-        "reconciled": [r.outcome for r in item.reconciliations],
-    }
-
-
 @router.get(
     "/receipts", response_model=list[ReceiptOut], responses=responses(*_ONE), tags=["receipts"]
 )
@@ -297,7 +283,7 @@ async def list_receipts(
 ) -> list[dict[str, Any]]:
     """The tenant's receipts, newest first (of one run with ``run``)."""
     items = await _service(request).receipts(principal, run_id=run, status=status, limit=limit)
-    return [_receipt_row(i) for i in items]
+    return [i.row() for i in items]
 
 
 @router.get("/receipts/{invocation_id}", responses=responses(*_ONE), tags=["receipts"])
