@@ -264,7 +264,7 @@ class PgBase:
         """The pool of ``loop``, opened once however many of its tasks ask at once."""
         if not self._schema_ready:
             await self._prepare_schema()
-        from psycopg_pool import AsyncConnectionPool
+        from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
         made: weakref.WeakSet[AsyncConnection[Any]] = weakref.WeakSet()
 
@@ -282,7 +282,14 @@ class PgBase:
             timeout=self._timeout,
             name="oarlock",
         )
-        await pool.open(wait=False)
+        # wait for the first connections: a request that found the pool empty would start
+        # one more in the background, whose connect a loop that ends at once would cut off
+        # halfway (a socket then left open until the garbage collector finds it)
+        try:
+            await pool.open(wait=True, timeout=self._timeout)
+        except PoolTimeout as exc:
+            await pool.close(timeout=0)
+            raise self._unavailable(exc, "opening a pool of connections") from None
         here = _Here(loop, pool, made)
         here.guard = loop.create_task(here.watch(), name="oarlock-pool-guard")
         self._here = here
