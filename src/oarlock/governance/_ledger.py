@@ -179,7 +179,8 @@ def entry_hash(seq: int, kind: str, at: str, body: Mapping[str, Any], prev_hash:
 
 
 def _plain(text: str) -> bool:
-    return text.isascii() and text.isprintable()
+    """Text whose JSON string is itself in quotes (printable ASCII, no quote or backslash)."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
 def entry_hash_canonical(seq: int, kind: str, at: str, body_jcs: bytes, prev_hash: str) -> str:
@@ -188,13 +189,15 @@ def entry_hash_canonical(seq: int, kind: str, at: str, body_jcs: bytes, prev_has
     JCS writes an object's members sorted by name (``at``, ``body``, ``kind``, ``prevHash``,
     ``seq``) with canonical values, so the entry's form is those members around the body's
     own canonical bytes; property tests hold it byte-identical to :func:`entry_hash`."""
-    head = {"at": at, "kind": kind, "prevHash": prev_hash, "seq": seq}
-    if not (_plain(at) and _plain(kind) and _plain(prev_hash) and abs(seq) < 2**53):
+    if not (type(seq) is int and _plain(at) and _plain(kind) and _plain(prev_hash)
+            and abs(seq) < 2**53):  # fmt: skip
         return entry_hash(seq, kind, at, json.loads(body_jcs), prev_hash)
-    # printable ASCII and safe integers: json's compact form is their JCS form
-    text = json.dumps(head, separators=(",", ":"))
-    at_end = text.index(',"kind":')
-    return digest_bytes(text[:at_end].encode() + b',"body":' + body_jcs + text[at_end:].encode())
+    # text that needs no escaping and a safe integer: written as they are, they are JCS
+    return digest_bytes(
+        f'{{"at":"{at}","body":'.encode()
+        + body_jcs
+        + f',"kind":"{kind}","prevHash":"{prev_hash}","seq":{seq}}}'.encode()
+    )
 
 
 def next_entry(head: LedgerEntry | None, kind: str, at: str, body: dict[str, Any]) -> LedgerEntry:

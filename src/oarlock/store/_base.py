@@ -44,12 +44,16 @@ class Event:
     seq: int = 0
 
 
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``, its encoder made once."""
+
+
 def event_rows(run_id: str, events: list[Event]) -> list[tuple[str, str, str]]:
     """Each event as (kind, at, data as compact JSON text), serialized before a store
     changes anything, so that data that is not JSON changes nothing (StoreError)."""
     try:
         return [
-            (ev.kind, ev.at, json.dumps(ev.data, separators=(",", ":"), ensure_ascii=False))
+            (ev.kind, ev.at, _compact(ev.data))
             for ev in events
         ]
     except (TypeError, ValueError) as exc:
