@@ -134,3 +134,24 @@ def test_the_workers_benchmark_measures_throughput_decisions_and_a_drain(
     # index's use with a long queue is tested in test_postgres_queue.py)
     assert drain["claim_plan"].startswith("Update on runs"), drain["claim_plan"]
     assert "LockRows" in drain["claim_plan"]
+
+
+def test_the_profile_benchmark_times_every_part_of_a_turn(tmp_path: Path) -> None:
+    result = run(BENCH / "bench_profile.py", "--runs", "2", cwd=tmp_path)
+    everywhere = {
+        "model adapter": 1.0,  # per model turn
+        "governed executor": 10 / 11,  # one call on each of 10 of the 11 turns
+        "the tool": 10 / 11,
+        "tool planning": 10 / 11,
+    }
+    for kind in ("memory", "SQLite"):
+        calls = result[kind]["calls_per_turn"]
+        for part, per_turn in everywhere.items():
+            assert abs(calls[part] - per_turn) < 1e-9, (kind, part, calls[part])
+        assert calls["engine core"] > 2 and calls["run store"] > 2
+        assert calls["governance store"] == 2 * 10 / 11  # the claim and the receipt
+        assert result[kind]["per_turn_us"] > 0
+    sqlite = result["SQLite"]["calls_per_turn"]
+    assert sqlite["SQLite commit, flushed"] == 1.0  # the pinned counts of test_commit_counts
+    assert sqlite["SQLite commit, not flushed"] == 3.0
+    assert result["memory"]["calls_per_turn"]["SQLite commit, flushed"] == 0
