@@ -51,3 +51,20 @@ def test_unreachable_frontend_is_refused_and_stores_nothing(tmp_path):
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
     finally:
         conn.close()
+
+
+def test_where_a_run_is_driven_is_read_in_one_place():
+    from oarlock._driven import TemporalTarget, driven_by
+    from oarlock.engine import _core as core
+
+    doc, _ = core.new_run(run_id="r", agent="a", model="m", input="hi", now="2026-01-01T00:00:00Z")
+    assert driven_by(doc) is None
+    target = TemporalTarget("127.0.0.1:7233", "q", "ns")
+    setattr(doc, "drivenBy", target.member())  # noqa: B010 - an extension member
+    assert driven_by(doc) == target
+    setattr(doc, "drivenBy", {"engine": "celery"})  # noqa: B010
+    assert driven_by(doc) is None
+    setattr(doc, "drivenBy", {"engine": "temporal", "address": "h:1"})  # noqa: B010
+    with pytest.raises(ConfigError) as refused:
+        driven_by(doc)
+    assert refused.value.code == "temporal_target"
