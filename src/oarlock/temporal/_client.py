@@ -137,7 +137,7 @@ async def start_run(
         history=message_history,
     )
     setattr(doc, "drivenBy", target.member())  # noqa: B010 - an extension member
-    await store.create(
+    version = await store.create(
         doc,
         events,
         agent_ref=agent_ref if agent_ref is not None else agent.ref,
@@ -147,7 +147,7 @@ async def start_run(
     try:
         await client.start_workflow(
             WORKFLOW,
-            RunStart(doc.id, options or RunOptions()),
+            RunStart(doc.id, options or RunOptions(), version=version),
             id=doc.id,
             task_queue=target.task_queue,
         )
@@ -201,10 +201,11 @@ async def restart_run(
     again(stored.document.model_copy(deep=True))  # refused as the run stands: nothing changes
     await _closed(client, run_id, closing)
     await update_run(store, run_id, again, on_commit=on_commit)
+    restarted = await store.load(run_id)
     try:
         await client.start_workflow(
             WORKFLOW,
-            RunStart(run_id, options or RunOptions()),
+            RunStart(run_id, options or RunOptions(), version=restarted.version),
             id=run_id,
             task_queue=target.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
@@ -219,7 +220,7 @@ async def restart_run(
         await update_run(store, run_id, failing, on_commit=on_commit)
         raise ConfigError(f"run {run_id}: {why}; the run failed, retry it once Temporal "
                           "answers", code="temporal_unreachable") from None  # fmt: skip
-    return (await store.load(run_id)).document
+    return restarted.document
 
 
 async def _closed(client: Client, run_id: str, within: float, poll: float = 0.05) -> None:
