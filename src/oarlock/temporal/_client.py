@@ -240,8 +240,9 @@ async def _closed(client: Client, run_id: str, within: float, poll: float = 0.05
             return
         if asyncio.get_running_loop().time() >= deadline:
             raise RunStateError(
-                f"run {run_id}: an execution of its workflow is still running; cancel it "
-                f"(oarlock cancel {run_id}) or wait for it to end",
+                f"run {run_id}: an execution of its workflow is still running; wait for it "
+                f"to end, or end it with Temporal's tools (temporal workflow terminate "
+                f"--workflow-id {run_id})",
                 code="temporal_workflow_running",
             )
         await asyncio.sleep(poll)
