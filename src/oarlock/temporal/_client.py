@@ -1,12 +1,13 @@
-"""Starting, deciding and cancelling runs that Temporal drives, and the worker that
-drives them.
+"""Starting, restarting (a continuation, a retry), deciding and cancelling runs that
+Temporal drives, and the worker that drives them.
 
 A run driven by Temporal is stored as any other (created by :func:`start_run` in queue
 ``temporal:TASK_QUEUE``, where no native worker of the default queue looks) and carries
 where it is driven in its document's ``drivenBy`` member (``engine``, ``address``,
 ``namespace``, ``taskQueue``), so that the command line and the server find its workflow
 (workflow id = run id): a decision becomes the workflow's decision update, a cancellation
-its cancel signal."""
+its cancel signal, a continuation or a retry a new execution of the workflow once the
+store holds the transition (:func:`restart_run`)."""
 
 from __future__ import annotations
 
