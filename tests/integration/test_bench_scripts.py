@@ -112,6 +112,15 @@ def test_the_temporal_benchmark_measures_both_engines(tmp_path: Path) -> None:
         assert len(result["results"][case]) == 1
         assert result["results"][case][0] > 0
 
+
+def test_the_temporal_profile_splits_a_turn(tmp_path: Path) -> None:
+    result = run(BENCH / "profile_temporal.py", "--turns", "1", "--runs", "1", cwd=tmp_path)
+    split = result["per_turn"]
+    assert result["turns"] == 2 and result["wall_ms"] > 0
+    assert split["activities"] == 3 / 2  # the model twice, the call once: none looks only
+    assert split["workflow task: in the worker"] > 0
+    assert split["in activity: store.save"] > 0
+
 def test_the_workers_benchmark_measures_throughput_decisions_and_a_drain(
     tmp_path: Path,
 ) -> None:

@@ -345,6 +345,7 @@ TEMPORAL_ALL = [
     "driven_by",
     "has_worker",
     "make_worker",
+    "restart_run",
     "settled",
     "start_run",
     "workflow_runner",
@@ -358,5 +359,6 @@ def test_temporal_all_is_pinned_and_temporal_loads_only_with_it():
     for name in TEMPORAL_ALL:
         assert getattr(oarlock.temporal, name) is not None, name
     for code in ("import oarlock", "import oarlock.engine", "import oarlock.cli; "
-                 "oarlock.cli.build_parser()"):  # fmt: skip
+                 "oarlock.cli.build_parser()", "import oarlock._driven",
+                 "import oarlock.cli._runs"):  # fmt: skip
         assert "temporalio" not in _modules_after(code), code

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from oarlock._driven import driven_by
 from oarlock._render import dumps, line
 from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
@@ -400,10 +401,10 @@ async def _export(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _decide(args: argparse.Namespace, store: RunStore) -> int:
-    from oarlock.cli import _temporal
-
     stored = await store.load(args.run_id)
-    if _temporal.driven(stored.document):  # the decision goes to the run's workflow
+    if driven_by(stored.document) is not None:  # the decision goes to the run's workflow
+        from oarlock.cli import _temporal
+
         return _finish(await _temporal.decide(args, store, stored.document), args)
     agent = await _agent_of(store, args.run_id)
     approver = _approver(args, agent) if args.decision == "approved" else None
@@ -523,9 +524,7 @@ async def _holder(runner: Runner, run_id: str) -> str | None:
 
 async def _not_temporal(store: RunStore, run_id: str, what: str) -> None:
     """Refuse to drive here a run that Temporal drives."""
-    from oarlock.cli import _temporal
-
-    if _temporal.driven((await store.load(run_id)).document):
+    if driven_by((await store.load(run_id)).document) is not None:
         raise OarlockError(
             f"run {run_id} is driven by Temporal: its workflow takes its steps; "
             f"{what} is not done from here",
@@ -541,8 +540,21 @@ async def _resume(args: argparse.Namespace, store: RunStore) -> int:
     return _finish(doc, args)
 
 
+async def _on_temporal(args: argparse.Namespace, store: RunStore, text: str | None) -> int | None:
+    """``continue`` (``text``) or ``retry`` of a run Temporal drives: the transition
+    committed here, then a new execution of its workflow, waited on as ``run --on
+    temporal`` does; None for a run driven natively."""
+    stored = await store.load(args.run_id)
+    if driven_by(stored.document) is None:
+        return None
+    from oarlock.cli import _temporal
+
+    return _finish(await _temporal.restart(store, stored.document, text), args)
+
+
 async def _continue(args: argparse.Namespace, store: RunStore) -> int:
-    await _not_temporal(store, args.run_id, "a continuation")
+    if (code := await _on_temporal(args, store, args.text)) is not None:
+        return code
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _runner(agent, store).continue_run(args.run_id, args.text)
@@ -550,7 +562,8 @@ async def _continue(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _retry(args: argparse.Namespace, store: RunStore) -> int:
-    await _not_temporal(store, args.run_id, "a retry")
+    if (code := await _on_temporal(args, store, None)) is not None:
+        return code
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _runner(agent, store).retry(args.run_id)
@@ -558,12 +571,13 @@ async def _retry(args: argparse.Namespace, store: RunStore) -> int:
 
 
 async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
-    from oarlock.cli import _temporal
     from oarlock.engine._runner import cancel_run
     from oarlock.telemetry._setup import default_observer
 
     stored = await store.load(args.run_id)
-    if _temporal.driven(stored.document) and stored.document.status not in _ENDED:
+    if driven_by(stored.document) is not None and stored.document.status not in _ENDED:
+        from oarlock.cli import _temporal
+
         await _temporal.cancel(stored.document, args.reason)
         print(f"run {line(args.run_id)}: cancellation sent to its workflow")
         return EXIT_OK

@@ -1,11 +1,13 @@
 """``oarlock temporal worker``, and what ``run --on temporal``, ``approve``, ``deny``,
-``respond`` and ``cancel`` do for a run that Temporal drives (``oarlock[temporal]``).
+``respond``, ``cancel``, ``continue`` and ``retry`` do for a run that Temporal drives
+(``oarlock[temporal]``).
 
 A run driven by Temporal names its frontend, namespace and task queue in its document
 (``drivenBy``); ``$OARLOCK_TEMPORAL_ADDRESS`` replaces the frontend's address when set.
 A decision is sent as the run's decision update (stored by the worker through the same
 decision path as a native run's before the command returns), a cancellation as its
-cancel signal."""
+cancel signal. A continuation or a retry commits the native path's transition to the
+store, then starts a new execution of the run's workflow (the earlier one has closed)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from oarlock.store._base import RunStore
     from oarlock.temporal import TemporalTarget
 
-__all__ = ["cancel", "decide", "default_address", "dispatch", "start"]
+__all__ = ["cancel", "decide", "default_address", "dispatch", "restart", "start"]
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_QUEUE = "oarlock"
@@ -130,16 +132,23 @@ async def decide(args: argparse.Namespace, store: RunStore, doc: RunDocument) ->
     return await _settled(client, store, doc.id, target)
 
 
+async def restart(store: RunStore, doc: RunDocument, text: str | None) -> RunDocument:
+    """``continue`` (given ``text``) or ``retry`` of a run Temporal drives: the same
+    transition as for a native run committed to the store, then a new execution of its
+    workflow, waited on as ``run --on temporal`` waits."""
+    from oarlock.telemetry._setup import default_observer
+
+    temporal = _module()
+    target = temporal.driven_by(doc)
+    client = await _client(target)
+    await temporal.restart_run(client, store, doc.id, text, on_commit=default_observer().committed)
+    return await _settled(client, store, doc.id, target)
+
+
 async def cancel(doc: RunDocument, reason: str | None) -> None:
     temporal = _module()
     client = await _client(temporal.driven_by(doc))
     await temporal.cancel_run(client, doc.id, reason)
-
-
-def driven(doc: RunDocument) -> bool:
-    """Whether Temporal drives the run (read without importing Temporal's SDK)."""
-    member = (doc.model_extra or {}).get("drivenBy")
-    return isinstance(member, dict) and member.get("engine") == "temporal"
 
 
 def _agents(folder: str | None) -> dict[str, Agent]:

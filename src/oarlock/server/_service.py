@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from oarlock._driven import driven_by
 from oarlock.errors import NotFound, OarlockError, RunStateError, UsageError
 from oarlock.formats._time import now_rfc3339
 from oarlock.server import _scope
@@ -209,15 +210,12 @@ class Service:
 
         stored = await self.load(principal, run_id)
         why = reason or f"cancelled by {principal.name}"
-        if _temporal_driven(stored.document) and stored.document.status in (
-            "running",
-            "waiting_approval",
-        ):  # the workflow cancels the run, as oarlock cancel asks it to
+        target = driven_by(stored.document)
+        if target is not None and stored.document.status in ("running", "waiting_approval"):
+            # the workflow cancels the run, as oarlock cancel asks it to
             from oarlock.temporal import cancel_run as cancel_workflow
-            from oarlock.temporal import connect, driven_by
+            from oarlock.temporal import connect
 
-            target = driven_by(stored.document)
-            assert target is not None
             await cancel_workflow(await connect(target.address, target.namespace), run_id, why)
             return stored.document
         return await cancel_run(self.store, run_id, why)
@@ -234,7 +232,7 @@ class Service:
             raise RunStateError(
                 f"run {run_id} is {doc.status}: only a running run is resumed", code="run_state"
             )
-        if _temporal_driven(doc):
+        if driven_by(doc) is not None:
             raise RunStateError(
                 f"run {run_id} is driven by Temporal: its workflow resumes it", code="run_state"
             )
@@ -462,11 +460,10 @@ class Service:
                     f"rule {review.rule_id} asks for four eyes: {principal.name} started "
                     "this run and may not approve its calls",
                 )
-        if _temporal_driven(stored.document):  # the decision goes to the run's workflow
-            from oarlock.temporal import connect, decide_run, driven_by
+        target = driven_by(stored.document)
+        if target is not None:  # the decision goes to the run's workflow
+            from oarlock.temporal import connect, decide_run
 
-            target = driven_by(stored.document)
-            assert target is not None
             client = await connect(target.address, target.namespace)
             await decide_run(
                 client,
@@ -589,9 +586,3 @@ def check_text(value: str, what: str, limit: int) -> str:
     if len(value) > limit:
         raise UsageError(f"{what} is longer than {limit} characters", code="too_long")
     return value
-
-
-def _temporal_driven(doc: RunDocument) -> bool:
-    """Whether Temporal drives the run (read without importing Temporal's SDK)."""
-    member = (doc.model_extra or {}).get("drivenBy")
-    return isinstance(member, dict) and member.get("engine") == "temporal"

@@ -1,33 +1,36 @@
-"""Starting, deciding and cancelling runs that Temporal drives, and the worker that
-drives them.
+"""Starting, restarting (a continuation, a retry), deciding and cancelling runs that
+Temporal drives, and the worker that drives them.
 
 A run driven by Temporal is stored as any other (created by :func:`start_run` in queue
 ``temporal:TASK_QUEUE``, where no native worker of the default queue looks) and carries
 where it is driven in its document's ``drivenBy`` member (``engine``, ``address``,
 ``namespace``, ``taskQueue``), so that the command line and the server find its workflow
 (workflow id = run id): a decision becomes the workflow's decision update, a cancellation
-its cancel signal."""
+its cancel signal, a continuation or a retry a new execution of the workflow once the
+store holds the transition (:func:`restart_run`)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
 )
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from oarlock._driven import TemporalTarget, driven_by
 from oarlock.engine import _core as core
-from oarlock.errors import ConfigError, DecisionRefused, OarlockError
+from oarlock.errors import ConfigError, DecisionRefused, OarlockError, RunStateError
 from oarlock.temporal._activities import Activities, arguments_hash
 from oarlock.temporal._types import (
     CANCEL_SIGNAL,
@@ -43,9 +46,10 @@ from oarlock.temporal._workflow import RunWorkflow
 
 if TYPE_CHECKING:
     from oarlock.engine._agent import Agent
+    from oarlock.engine._runner import EventHook
     from oarlock.formats._models import Message, RunDocument
     from oarlock.governance._approvers import ApproverKey
-    from oarlock.store._base import RunStore
+    from oarlock.store._base import Event, RunStore
 
 __all__ = [
     "TemporalTarget",
@@ -55,36 +59,11 @@ __all__ = [
     "driven_by",
     "has_worker",
     "make_worker",
+    "restart_run",
     "settled",
     "start_run",
     "workflow_runner",
 ]
-
-ENGINE = "temporal"
-
-
-@dataclass(frozen=True, slots=True)
-class TemporalTarget:
-    """Where runs are driven: a Temporal frontend, namespace and task queue."""
-
-    address: str
-    task_queue: str
-    namespace: str = "default"
-
-    def member(self) -> dict[str, str]:
-        return {"engine": ENGINE, "address": self.address, "namespace": self.namespace,
-                "taskQueue": self.task_queue}  # fmt: skip
-
-
-def driven_by(doc: RunDocument) -> TemporalTarget | None:
-    """Where Temporal drives the run, if it does."""
-    member = (doc.model_extra or {}).get("drivenBy")
-    if not isinstance(member, dict) or member.get("engine") != ENGINE:
-        return None
-    parts = [member.get(k) for k in ("address", "taskQueue", "namespace")]
-    if not all(isinstance(p, str) and p for p in parts):
-        return None
-    return TemporalTarget(str(parts[0]), str(parts[1]), str(parts[2]))
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
@@ -159,7 +138,7 @@ async def start_run(
         history=message_history,
     )
     setattr(doc, "drivenBy", target.member())  # noqa: B010 - an extension member
-    await store.create(
+    version = await store.create(
         doc,
         events,
         agent_ref=agent_ref if agent_ref is not None else agent.ref,
@@ -169,7 +148,7 @@ async def start_run(
     try:
         await client.start_workflow(
             WORKFLOW,
-            RunStart(doc.id, options or RunOptions()),
+            RunStart(doc.id, options or RunOptions(), version=version),
             id=doc.id,
             task_queue=target.task_queue,
         )
@@ -180,6 +159,94 @@ async def start_run(
         raise ConfigError(f"the run's workflow could not be started: {exc}",
                           code="temporal_unreachable") from None  # fmt: skip
     return doc
+
+
+async def restart_run(
+    client: Client,
+    store: RunStore,
+    run_id: str,
+    text: str | None = None,
+    *,
+    options: RunOptions | None = None,
+    closing: float = 10.0,
+    on_commit: EventHook | None = None,
+    clock: Callable[[], str] | None = None,
+) -> RunDocument:
+    """Run again a run Temporal drove to an end, as :meth:`Runner.continue_run` (given
+    ``text``: a completed run goes on with a new user message) or :meth:`Runner.retry`
+    (without: a failed or halted run runs again from its last committed step) do for a
+    native run: the same transition of the engine's core committed to the store, then a
+    new execution of the run's workflow (workflow id = run id, reused) on the task queue
+    its ``drivenBy`` member names. ``client`` is connected to that frontend and namespace.
+
+    Refused, with nothing changed: a run Temporal does not drive (``not_temporal``), one
+    the transition does not fit (``run_state``: a running run, say), and one whose earlier
+    execution is still running after ``closing`` seconds (``temporal_workflow_running``;
+    an execution that has just ended its run closes at once). When the new execution
+    cannot be started, the run is failed, saying why, so that ``retry`` takes it again
+    (``temporal_unreachable``)."""
+    from oarlock.engine._runner import update_run
+    from oarlock.formats._time import now_rfc3339
+
+    now = clock or now_rfc3339
+    stored = await store.load(run_id)
+    target = driven_by(stored.document)
+    if target is None:
+        raise RunStateError(f"run {run_id} is not driven by Temporal", code="not_temporal")
+
+    def again(doc: RunDocument) -> list[Event]:
+        if text is None:
+            return core.retry_run(doc, now())
+        return core.continue_run(doc, text, now())
+
+    again(stored.document.model_copy(deep=True))  # refused as the run stands: nothing changes
+    await _closed(client, run_id, closing)
+    await update_run(store, run_id, again, on_commit=on_commit)
+    restarted = await store.load(run_id)
+    try:
+        await client.start_workflow(
+            WORKFLOW,
+            RunStart(run_id, options or RunOptions(), version=restarted.version),
+            id=run_id,
+            task_queue=target.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+    except (RPCError, WorkflowAlreadyStartedError) as exc:
+        why = f"its workflow could not be started again: {exc}"
+
+        def failing(doc: RunDocument) -> list[Event]:
+            return [] if doc.status in core.TERMINAL else core.fail(doc, why, now())
+
+        await update_run(store, run_id, failing, on_commit=on_commit)
+        raise ConfigError(f"run {run_id}: {why}; the run failed, retry it once Temporal "
+                          "answers", code="temporal_unreachable") from None  # fmt: skip
+    return restarted.document
+
+
+async def _closed(client: Client, run_id: str, within: float, poll: float = 0.05) -> None:
+    """Wait until no execution of the run's workflow is running: refused (code
+    ``temporal_workflow_running``) if one still is after ``within`` seconds."""
+    handle = client.get_workflow_handle(run_id)
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            status = (await handle.describe()).status
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return  # never started (or deleted): nothing runs
+            raise ConfigError(f"cannot ask Temporal about the run's workflow: {exc}",
+                              code="temporal_unreachable") from None  # fmt: skip
+        if status != WorkflowExecutionStatus.RUNNING:
+            return
+        if asyncio.get_running_loop().time() >= deadline:
+            raise RunStateError(
+                f"run {run_id}: an execution of its workflow is still running; wait for it "
+                f"to end, or end it with Temporal's tools (temporal workflow terminate "
+                f"--workflow-id {run_id})",
+                code="temporal_workflow_running",
+            )
+        await asyncio.sleep(poll)
 
 
 async def has_worker(client: Client, task_queue: str) -> bool:

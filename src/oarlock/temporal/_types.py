@@ -82,12 +82,16 @@ class RunOptions:
 
 @dataclass
 class RunStart:
-    """The workflow's input: the run, and what a continue-as-new carries over."""
+    """The workflow's input: the run, and what a continue-as-new carries over.
+    ``version``, the stored version the run was started (or restarted) at, is the version
+    the first model step is taken at; at any other (0: unknown, as in the inputs of the
+    first release) the first step only looks at the run, and the next one takes it."""
 
     run_id: str
     options: RunOptions = field(default_factory=RunOptions)
     snapshot: Snapshot | None = None
     cancel_reason: str | None = None
+    version: int = 0
 
 
 @dataclass

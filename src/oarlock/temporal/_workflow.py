@@ -136,8 +136,8 @@ class RunWorkflow:
     # -- the run ------------------------------------------------------------------------
     @workflow.run
     async def run(self, start: RunStart) -> Snapshot:
-        if self.snap is None:
-            self._see(await self._step(0))
+        if self.snap is None:  # taken at once when the run is still at the version given
+            self._see(await self._step(start.version))
         while True:
             snap = self.snap
             assert snap is not None
