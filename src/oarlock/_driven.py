@@ -9,8 +9,7 @@ engine) is driven natively."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from oarlock.errors import ConfigError
 
@@ -22,9 +21,10 @@ __all__ = ["ENGINE", "TemporalTarget", "driven_by"]
 ENGINE = "temporal"
 
 
-@dataclass(frozen=True, slots=True)
-class TemporalTarget:
-    """Where runs are driven: a Temporal frontend, namespace and task queue."""
+class TemporalTarget(NamedTuple):
+    """Where runs are driven: a Temporal frontend, namespace and task queue (a named
+    tuple: ``dataclasses`` stays unloaded by commands that only read, such as
+    ``runs show``)."""
 
     address: str
     task_queue: str
