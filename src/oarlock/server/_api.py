@@ -277,17 +277,15 @@ async def decide(
     run_id: str,
     call_id: str,
     body: DecisionIn,
-    if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
+    if_match: Annotated[str, Header(alias="If-Match", max_length=200)],
 ) -> dict[str, Any]:
     """Approve (optionally with edited arguments, checked against the tool's schema and
     judged by the policy), deny (with a reason) or respond in the tool's place. Needs
-    If-Match: the approval's version."""
-    from oarlock.server._errors import ApiError
+    If-Match: the approval's version (refused with 428 without it)."""
+    from oarlock.server._errors import IF_MATCH_REQUIRED, ApiError
 
-    if not if_match:
-        raise ApiError(
-            428, "if_match_required", "a decision needs If-Match: the approval's version"
-        )
+    if not if_match.strip():
+        raise ApiError(428, *IF_MATCH_REQUIRED)
     request.app.state.rate_limit.take(principal.token_id)
     for text, what in ((body.reason, "the reason"), (body.response, "the response")):
         if text is not None:
