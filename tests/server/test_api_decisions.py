@@ -23,6 +23,12 @@ def test_if_match_is_required_and_checked(tmp_path: Path) -> None:
         run_id, call_id = await kit.waiting()
         r = await _decide(kit, run_id, call_id, None, decision="approved")
         assert r.status_code == 428 and r.json()["error"]["code"] == "if_match_required"
+        r = await _decide(kit, run_id, call_id, None, decision="maybe")  # the header first
+        assert r.status_code == 428 and r.json()["error"]["code"] == "if_match_required"
+        spec = (await kit.client.get("/openapi.json")).json()
+        decision = spec["paths"]["/v1/approvals/{run_id}/{call_id}/decision"]["post"]
+        (if_match,) = [p for p in decision["parameters"] if p["name"] == "If-Match"]
+        assert if_match["in"] == "header" and if_match["required"] is True
         r = await _decide(kit, run_id, call_id, "0" * 32, decision="approved")
         assert r.status_code == 409 and r.json()["error"]["code"] == "approval_changed"
         r = await _decide(kit, run_id, "no-such-call", "0" * 32, decision="approved")

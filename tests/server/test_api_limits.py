@@ -102,6 +102,7 @@ def test_hostile_bodies(tmp_path: Path) -> None:
     async def body(kit: Kit) -> None:
         for raw, status, code in (
             (b"{", 400, "invalid_json"),
+            (b"\xca\x9fj\xfc\xa2", 400, "invalid_json"),  # not UTF-8
             (b'{"agent": "refund-desk", "input": "\\ud800"}', 422, "invalid_request"),
             (
                 b'{"agent": "refund-desk", "input": "x", "tags": {"k": "\\udfff"}}',

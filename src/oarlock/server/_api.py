@@ -9,6 +9,21 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from oarlock.errors import UsageError
 from oarlock.server._auth import require
 from oarlock.server._errors import responses
+from oarlock.server._links import (
+    agent_links,
+    agents_links,
+    approval_links,
+    approvals_links,
+    decision_links,
+    links,
+    operation_id,
+    pending_links,
+    receipt_links,
+    receipts_links,
+    reconcile_links,
+    run_links,
+    runs_links,
+)
 from oarlock.server._models import (
     AgentOut,
     ApprovalOut,
@@ -30,7 +45,7 @@ from oarlock.server._tokens import Principal
 __all__ = ["MAX_PAGE", "router"]
 
 MAX_PAGE = 200
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", generate_unique_id_function=operation_id)
 
 Reader = Annotated[Principal, Depends(require("read"))]
 Operator = Annotated[Principal, Depends(require("operate"))]
@@ -41,6 +56,7 @@ TagQuery = Annotated[list[str] | None, Query(description="KEY=VALUE; repeatable"
 
 _READ = (400, 401, 403, 413, 422, 429)
 _ONE = (*_READ, 404)
+_ETAG = {"ETag": {"description": "the approval's version, quoted", "schema": {"type": "string"}}}
 
 
 def _service(request: Request) -> Service:
@@ -77,13 +93,23 @@ async def me(principal: Reader) -> dict[str, str]:
 
 
 # -- agents -------------------------------------------------------------------------------
-@router.get("/agents", response_model=list[AgentOut], responses=responses(*_READ), tags=["agents"])
+@router.get(
+    "/agents",
+    response_model=list[AgentOut],
+    responses={**responses(*_READ), **links(200, agents_links())},
+    tags=["agents"],
+)
 async def list_agents(request: Request, principal: Reader) -> list[dict[str, Any]]:
     """The agents of the caller's tenant, of the agent files the server was given."""
     return [e.to_json() for e in _service(request).agents_of(principal)]
 
 
-@router.get("/agents/{name}", response_model=AgentOut, responses=responses(*_ONE), tags=["agents"])
+@router.get(
+    "/agents/{name}",
+    response_model=AgentOut,
+    responses={**responses(*_ONE), **links(200, agent_links())},
+    tags=["agents"],
+)
 async def get_agent(request: Request, principal: Reader, name: str) -> dict[str, Any]:
     return _service(request).agent_named(principal, name).to_json()
 
@@ -93,7 +119,7 @@ async def get_agent(request: Request, principal: Reader, name: str) -> dict[str,
     "/runs",
     status_code=201,
     response_model=RunOut,
-    responses=responses(*_ONE),
+    responses={**responses(*_ONE), **links(201, run_links("$response.body#/id"))},
     tags=["runs"],
 )
 async def create_run(request: Request, principal: Operator, body: RunIn) -> dict[str, Any]:
@@ -104,7 +130,12 @@ async def create_run(request: Request, principal: Operator, body: RunIn) -> dict
     return run_out(doc)
 
 
-@router.get("/runs", response_model=RunPageOut, responses=responses(*_READ), tags=["runs"])
+@router.get(
+    "/runs",
+    response_model=RunPageOut,
+    responses={**responses(*_READ), **links(200, runs_links())},
+    tags=["runs"],
+)
 async def list_runs(
     request: Request,
     *,
@@ -122,7 +153,14 @@ async def list_runs(
     return {"runs": page.runs, "nextCursor": None if page.next is None else page.next.encode()}
 
 
-@router.get("/runs/{run_id}", responses=responses(*_ONE), tags=["runs"])
+@router.get(
+    "/runs/{run_id}",
+    responses={
+        **responses(*_ONE),
+        **links(200, run_links("$response.body#/id", document=False), pending_links()),
+    },
+    tags=["runs"],
+)
 async def get_run(request: Request, principal: Reader, run_id: str) -> dict[str, Any]:
     """The run's oar/0.2 document."""
     from oarlock.formats._codec import dump
@@ -153,7 +191,7 @@ async def run_events(
 @router.post(
     "/runs/{run_id}/cancel",
     response_model=RunOut,
-    responses=responses(*_ONE, 409),
+    responses={**responses(*_ONE, 409), **links(200, run_links("$response.body#/id"))},
     tags=["runs"],
 )
 async def cancel_run(
@@ -171,7 +209,7 @@ async def cancel_run(
     "/runs/{run_id}/resume",
     status_code=202,
     response_model=RunOut,
-    responses=responses(*_ONE, 409),
+    responses={**responses(*_ONE, 409), **links(202, run_links("$response.body#/id"))},
     tags=["runs"],
 )
 async def resume_run(request: Request, principal: Operator, run_id: str) -> dict[str, Any]:
@@ -181,7 +219,10 @@ async def resume_run(request: Request, principal: Operator, run_id: str) -> dict
 
 # -- approvals ----------------------------------------------------------------------------
 @router.get(
-    "/approvals", response_model=ApprovalPage, responses=responses(*_READ), tags=["approvals"]
+    "/approvals",
+    response_model=ApprovalPage,
+    responses={**responses(*_READ), **links(200, approvals_links())},
+    tags=["approvals"],
 )
 async def list_approvals(
     request: Request,
@@ -210,7 +251,7 @@ async def list_approvals(
 @router.get(
     "/approvals/{run_id}/{call_id}",
     response_model=ApprovalOut,
-    responses=responses(*_ONE),
+    responses={**responses(*_ONE), 200: {"headers": _ETAG, **links(200, approval_links())[200]}},
     tags=["approvals"],
 )
 async def get_approval(
@@ -226,7 +267,7 @@ async def get_approval(
 @router.post(
     "/approvals/{run_id}/{call_id}/decision",
     response_model=DecisionOut,
-    responses=responses(*_ONE, 409, 410, 428),
+    responses={**responses(*_ONE, 409, 410, 428), **links(200, decision_links())},
     tags=["approvals"],
 )
 async def decide(
@@ -236,17 +277,15 @@ async def decide(
     run_id: str,
     call_id: str,
     body: DecisionIn,
-    if_match: Annotated[str | None, Header(alias="If-Match", max_length=200)] = None,
+    if_match: Annotated[str, Header(alias="If-Match", max_length=200)],
 ) -> dict[str, Any]:
     """Approve (optionally with edited arguments, checked against the tool's schema and
     judged by the policy), deny (with a reason) or respond in the tool's place. Needs
-    If-Match: the approval's version."""
-    from oarlock.server._errors import ApiError
+    If-Match: the approval's version (refused with 428 without it)."""
+    from oarlock.server._errors import IF_MATCH_REQUIRED, ApiError
 
-    if not if_match:
-        raise ApiError(
-            428, "if_match_required", "a decision needs If-Match: the approval's version"
-        )
+    if not if_match.strip():
+        raise ApiError(428, *IF_MATCH_REQUIRED)
     request.app.state.rate_limit.take(principal.token_id)
     for text, what in ((body.reason, "the reason"), (body.response, "the response")):
         if text is not None:
@@ -272,7 +311,10 @@ async def decide(
 
 # -- receipts, artifacts, audit -------------------------------------------------------------
 @router.get(
-    "/receipts", response_model=list[ReceiptOut], responses=responses(*_ONE), tags=["receipts"]
+    "/receipts",
+    response_model=list[ReceiptOut],
+    responses={**responses(*_ONE), **links(200, receipts_links())},
+    tags=["receipts"],
 )
 async def list_receipts(
     request: Request,
@@ -286,7 +328,11 @@ async def list_receipts(
     return [i.row() for i in items]
 
 
-@router.get("/receipts/{invocation_id}", responses=responses(*_ONE), tags=["receipts"])
+@router.get(
+    "/receipts/{invocation_id}",
+    responses={**responses(*_ONE), **links(200, receipt_links())},
+    tags=["receipts"],
+)
 async def get_receipt(request: Request, principal: Reader, invocation_id: str) -> dict[str, Any]:
     """The invocation, its receipt (null while it has none) and its reconciliations."""
     invocation, receipt, notes = await _service(request).receipt(principal, invocation_id)
@@ -299,7 +345,7 @@ async def get_receipt(request: Request, principal: Reader, invocation_id: str) -
 
 @router.post(
     "/receipts/{invocation_id}/reconcile",
-    responses=responses(*_ONE, 409),
+    responses={**responses(*_ONE, 409), **links(200, reconcile_links())},
     tags=["receipts"],
 )
 async def reconcile(

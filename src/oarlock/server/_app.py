@@ -24,7 +24,7 @@ from oarlock import __version__
 from oarlock._render import dumps, line
 from oarlock.errors import OarlockError
 from oarlock.server._auth import RateLimit
-from oarlock.server._errors import ApiError, error_body, status_of
+from oarlock.server._errors import IF_MATCH_REQUIRED, ApiError, error_body, status_of
 
 if TYPE_CHECKING:
     from oarlock.governance._approvers import ApproverKey
@@ -131,6 +131,11 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> SafeJSON:
+        if any(
+            e.get("type") == "missing" and tuple(e.get("loc", ())) == ("header", "If-Match")
+            for e in exc.errors()
+        ):
+            return _error(428, *IF_MATCH_REQUIRED)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
         message = f"{where}: {first.get('msg', 'invalid')}" if where else "invalid request"
@@ -140,6 +145,8 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> SafeJSON:
+        if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing the body"
+            return _error(400, "invalid_json", "the body is not JSON: it is not UTF-8")
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 

@@ -20,7 +20,15 @@ from oarlock.errors import (
     UsageError,
 )
 
-__all__ = ["ApiError", "ErrorBody", "ErrorDetail", "error_body", "responses", "status_of"]
+__all__ = [
+    "IF_MATCH_REQUIRED",
+    "ApiError",
+    "ErrorBody",
+    "ErrorDetail",
+    "error_body",
+    "responses",
+    "status_of",
+]
 
 
 class ErrorDetail(BaseModel):
@@ -44,6 +52,10 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers
 
+
+# a decision without If-Match: 428 (Precondition Required), though the document says, as it
+# should, that the header is required, which a validation error (422) would otherwise refuse
+IF_MATCH_REQUIRED = ("if_match_required", "a decision needs If-Match: the approval's version")
 
 # decision refusals by code; anything not named is 422 (the request breaks a rule)
 _DECISION_STATUS = {

@@ -15,10 +15,11 @@ from oarlock._render import dumps
 from oarlock.engine._core import TERMINAL
 from oarlock.server._api import Reader, _service
 from oarlock.server._errors import responses
+from oarlock.server._links import operation_id
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", generate_unique_id_function=operation_id)
 _STREAM: dict[int | str, dict[str, Any]] = {
     200: {"description": "an event stream", "content": {"text/event-stream": {}}}
 }
