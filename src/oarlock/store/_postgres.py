@@ -303,10 +303,9 @@ class PostgresStore(PostgresQueue):
             raise NotFound(f"no run {run_id}")
         version, epoch, owner = row
         if lease is not None and (epoch, owner) != (lease.epoch, lease.owner):
-            raise LeaseLost(
-                f"run {run_id}: the lease of epoch {lease.epoch} held by {lease.owner} was "
-                f"lost (the run's lease epoch is {epoch}); nothing was saved"
-            )
+            from oarlock.store._leases import lease_lost
+
+            raise lease_lost(lease, int(epoch))
         raise ConflictError(f"run {run_id} changed: stored version {version}, expected {expected}")
 
     async def events(self, run_id: str) -> list[Event]:

@@ -30,8 +30,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from oarlock.errors import LeaseLost, NotFound, RunBusy, StoreError, UsageError
-from oarlock.store._leases import run_busy
+from oarlock.errors import NotFound, RunBusy, StoreError, UsageError
+from oarlock.store._leases import lease_lost, run_busy
 from oarlock.store._postgres_base import PgBase, pg_queries
 from oarlock.store._queue import Lease, WorkerInfo
 
@@ -145,10 +145,9 @@ class PostgresQueue(PgBase):
         rows = await self._rows(  # run again, it renews again: idempotent
             f"renewing the lease on run {lease.run_id}", "renew", params, idempotent=True)
         if not rows:
-            raise LeaseLost(
-                f"run {lease.run_id}: the lease of epoch {lease.epoch} held by {lease.owner} "
-                "was lost"
-            )
+            held = await self.fetch(
+                f"reading run {lease.run_id}", _q("holder"), {"id": lease.run_id})
+            raise lease_lost(lease, int(held[0]["lease_epoch"]) if held else None)
         from dataclasses import replace
 
         return replace(lease, until=float(rows[0]["lease_until"]))

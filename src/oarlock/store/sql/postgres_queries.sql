@@ -162,7 +162,7 @@ WHERE id = %(id)s
 RETURNING id, lease_owner, lease_epoch, lease_until, tenant, queue, agent_ref;
 
 -- name: holder
-SELECT lease_owner, lease_until FROM runs WHERE id = %(id)s;
+SELECT lease_owner, lease_until, lease_epoch FROM runs WHERE id = %(id)s;
 
 -- name: renew
 UPDATE runs SET lease_until = extract(epoch FROM statement_timestamp()) + %(seconds)s
