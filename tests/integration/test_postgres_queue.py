@@ -97,29 +97,11 @@ async def test_claims_behind_a_barrier_never_take_a_run_twice(url: str) -> None:
     assert {(r[0], r[1]) for r in rows} == {(lease.run_id, lease.owner) for lease in leases}
 
 
-async def test_a_flooding_tenant_does_not_starve_another(url: str) -> None:
-    async with PostgresStore(url) as store:
-        for i in range(200):
-            await store.create(doc(f"a{i:03d}"), [], tenant="flood")
-        await store.create(doc("b"), [], tenant="quiet")
-        served = [(await store.claim("w", limit=1, lease_seconds=30))[0] for _ in range(3)]
-        # the quiet tenant's run shares the second place with the flood's second run
-        assert [lease.run_id for lease in served] == ["a000", "a001", "b"]
-        # each tenant's runs in the order they became runnable
-        more = await store.claim("w", limit=3, lease_seconds=30)
-        assert [lease.run_id for lease in more] == ["a002", "a003", "a004"]
-        # a claim of one tenant's runs only
-        await store.create(doc("c"), [], tenant="quiet")
-        (only,) = await store.claim("w", limit=5, lease_seconds=30, tenants=["quiet"])
-        assert only.run_id == "c"
-        assert await store.claim("w", limit=5, lease_seconds=30, queues=["other"]) == []
-
-
 def test_the_claim_query_uses_an_index(url: str) -> None:
     raw(
         url,
         "INSERT INTO runs (id, tenant, queue, agent, status, turns, created_at, updated_at, "
-        "version, document, place) SELECT 'run-' || g, 't' || (g % 7), 'default', 'a', "
+        "version, document, ready_at) SELECT 'run-' || g, 't' || (g % 7), 'default', 'a', "
         "CASE WHEN g % 10 = 0 THEN 'running' ELSE 'completed' END, 1, 'x', 'x', 1, "
         "'\\x7b7d'::bytea, CASE WHEN g % 10 = 0 THEN g END FROM generate_series(1, 20000) g",
     )
@@ -132,8 +114,45 @@ def test_the_claim_query_uses_an_index(url: str) -> None:
                 "EXPLAIN " + pg_queries("postgres_queries.sql")["claim_runs"], params
             ).fetchall()
         )
-    assert "runs_queued" in plan, plan
+    assert "runs_runnable" in plan, plan
     assert "Seq Scan on runs" not in plan, plan
+
+
+async def test_a_version_1_database_keeps_its_queue_order_and_gets_approval_deadlines() -> None:
+    from oarlock.formats import dump_json
+    from oarlock.store._postgres_base import _migrations, pg_schema_version
+
+    url = pgtest.empty_database()
+    waiting = dump_run(doc("waiting", status="waiting_approval"))
+    waiting["pendingApprovals"][0]["expiresAt"] = "2026-01-01T00:00:00Z"
+    runs = [  # as version 1 stored them: running runs by place, ties by id
+        ("a-second", "running", 2, None, None, doc("a-second")),
+        ("b-first", "running", 1, None, None, doc("b-first")),
+        ("held", "running", 3, "w1", time.time() + 3600, doc("held")),
+        ("waiting", "waiting_approval", None, None, None, parse_run(waiting)),
+    ]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(pg_queries("postgres_queries.sql")["schema_table"])
+        conn.execute(_migrations()[0][1].encode("utf-8"))
+        conn.execute("INSERT INTO oarlock_schema (version) VALUES (1)")
+        for run_id, status, place, owner, until, document in runs:
+            conn.execute(
+                "INSERT INTO runs (id, tenant, queue, agent, status, turns, created_at, "
+                "updated_at, version, document, place, lease_owner, lease_epoch, lease_until) "
+                "VALUES (%s, 'default', 'default', 'a', %s, 1, 'x', 'x', 1, %s, %s, %s, "
+                "CASE WHEN %s::text IS NULL THEN 0 ELSE 3 END, %s)",
+                (run_id, status, dump_json(document), place, owner, owner, until),
+            )
+    async with PostgresStore(url) as store:
+        leases = await store.claim("w2", limit=5, lease_seconds=30)
+        assert [(x.run_id, x.epoch) for x in leases] == [("b-first", 1), ("a-second", 1)]
+        assert [(x.run_id, x.owner, x.epoch) for x in await store.leases()][-1] == (
+            "held", "w1", 3)  # fmt: skip
+        deadline = 1767225600.0  # 2026-01-01T00:00:00Z
+        assert await store.lapsed_approvals(now=deadline - 1, limit=10) == []
+        assert await store.lapsed_approvals(now=deadline, limit=10) == ["waiting"]
+    versions = raw(url, "SELECT version FROM oarlock_schema ORDER BY version")
+    assert [v for (v,) in versions] == list(range(1, pg_schema_version() + 1))
 
 
 async def test_claim_run_renew_release_and_leases(url: str) -> None:

@@ -1,17 +1,19 @@
 """The run queue of the PostgreSQL store (the protocol is :mod:`oarlock.store._queue`).
 
-A claim is one statement: ``UPDATE runs ... WHERE id IN (SELECT ... ORDER BY place LIMIT n
-FOR UPDATE SKIP LOCKED) RETURNING ...``, so two claimers never take one run and neither
-waits for the other. Each claim increments the run's lease epoch.
+A claim is one statement: ``UPDATE runs ... FROM (the runs chosen, each lane's candidates
+locked FOR UPDATE SKIP LOCKED) RETURNING ...``, so two claimers never take one run and
+neither waits for the other. Each claim increments the run's lease epoch.
 
-Fairness, round-robin across tenants: a run takes its place in the queue when it becomes
-running (created running, or saved running from another status), one after the later of
-the queue's head (the smallest place of a running run) and the last place its tenant
-holds (ties go by run id). Each tenant's runs keep the order in which they became runnable,
-and the runs of tenants that queue at once interleave: when one tenant has 10,000 runs
-queued, another tenant's new run takes the place after the head, beside the first
-tenant's second run, not behind its 10,000th. A run keeps its place while it is
-running (a lease released, or lost to a dead worker, puts it back where it stood).
+Fairness, round-robin across tenants, as the protocol states it and the other stores keep
+it: each running run is ready from when it became runnable (created or saved running,
+released) or from the deadline of the lease that holds it (``ready_at``, see the migration
+0002); a tenant was last served at the latest claim of any of its runs (``claimed_at``).
+A claim walks the index of ready runs lane by lane (a queue and a tenant), reads at most
+``limit`` of each lane's oldest runnable runs, and serves the tenants in turn: the one
+served longest ago (never first) gives its oldest run, then the next, round again. That
+tells how many runs each lane gives; those are then locked, each lane's oldest first,
+skipping rows another claimer has locked, so that claimers at once take the next runs of
+each lane, and none locks a row it does not take.
 
 Leases, heartbeats and the runnable test use the database's clock, so that workers on
 machines whose clocks differ agree on when a lease ends.
@@ -114,7 +116,7 @@ class PostgresQueue(PgBase):
         if limit == 0:
             return []
         rows = await self._rows("claiming runs", "claim_runs", params)
-        rows.sort(key=lambda r: (r["place"] is None, r["place"] or 0, r["id"]))
+        rows.sort(key=lambda r: (int(r["turn"]), int(r["first"])))
         return [_lease(row) for row in rows]
 
     async def claim_run(self, run_id: str, owner: str, *, lease_seconds: float) -> Lease:
@@ -221,3 +223,35 @@ class PostgresQueue(PgBase):
         except psycopg.Error:
             await here.listener.close()
             here.listener = None  # a new listener next time; work may have appeared
+
+    # -- the approval sweep (oarlock.store._queue.Sweeping) -----------------------------
+    async def lead(self, role: str, owner: str, *, ttl_seconds: float) -> bool:
+        """On the database's clock, as the leases."""
+        ttl = _seconds(ttl_seconds, "ttl_seconds")
+        params = {"role": role, "owner": owner, "ttl": ttl, "margin": ttl / 10}
+        rows = await self._rows(f"leading {role}", "lead", params)
+        return bool(rows)
+
+    async def lapsed_approvals(self, *, now: float, limit: int) -> list[str]:
+        params = {"now": float(now), "limit": max(int(limit), 0)}
+        rows = await self.fetch("finding lapsed approvals", _q("lapsed_approvals"), params)
+        return [row["id"] for row in rows]
+
+    async def _after_migration(self, conn: AsyncConnection[Any], version: int) -> None:
+        """Version 2: the waiting runs' approval deadlines, read from their documents (a
+        document that is not a JSON object gets none)."""
+        if version != 2:
+            return
+        import json
+
+        from oarlock.store._leases import approval_due_json
+
+        rows = await (await conn.execute(_q("waiting_runs"))).fetchall()
+        for run_id, raw in rows:
+            try:
+                document = json.loads(bytes(raw))
+            except ValueError:
+                continue
+            due = approval_due_json(document) if isinstance(document, dict) else None
+            if due is not None:
+                await conn.execute(_q("set_approval_due"), {"id": run_id, "due": due})
