@@ -286,6 +286,18 @@ async def test_wake_ups_are_sent_when_a_run_becomes_runnable(url: str) -> None:
         assert time.monotonic() - started >= 0.25
 
 
+async def test_a_new_listener_finds_work_made_runnable_before_it_listened(url: str) -> None:
+    async with PostgresStore(url) as waiter, PostgresStore(url) as writer:
+        await writer.create(doc("r1"), [])  # its wake-up went to nobody
+        started = time.monotonic()
+        await waiter.wait_for_work(10)
+        assert time.monotonic() - started < 5
+        await writer.claim("w", limit=1, lease_seconds=30)
+        started = time.monotonic()
+        await waiter.wait_for_work(0.3)  # listening already, and nothing runnable
+        assert time.monotonic() - started >= 0.25
+
+
 async def test_heartbeats_and_workers(url: str) -> None:
     async with PostgresStore(url) as store:
         await store.create(doc("r1"), [])

@@ -21,7 +21,10 @@ machines whose clocks differ agree on when a lease ends.
 Wake-ups: the statement that makes a run runnable (a create or save that makes it
 running, a release of a running run) sends ``NOTIFY oarlock_work`` with the tenant as
 payload, delivered when it commits. :meth:`wait_for_work` listens on a connection of its
-own; a lost notification (a dropped listener, say) delays work by one poll at most.
+own; a listener made anew (the first wait, or after its connection was lost) looks once
+whether some run is runnable already and returns at once if so, so that a run made
+runnable while it connected, by this process or another, is not missed until the next
+poll.
 """
 
 from __future__ import annotations
@@ -210,13 +213,19 @@ class PostgresQueue(PgBase):
         here = self._here
         assert here is not None
         if here.listener is None or here.listener.closed:
+            listener: AsyncConnection[Any] | None = None
             try:
                 listener = await self.connect()
                 await listener.execute(f"LISTEN {_CHANNEL}")
+                found = await (await listener.execute(_q("runnable"))).fetchone()
             except (psycopg.Error, OSError, StoreError):
+                if listener is not None:
+                    await listener.close()
                 await asyncio.sleep(timeout)  # the server is away: poll, do not spin
                 return
             here.listener = listener
+            if found is not None:  # made runnable before this listened
+                return
         try:
             async for _ in here.listener.notifies(timeout=timeout, stop_after=1):
                 break

@@ -270,6 +270,13 @@ FROM runs
 WHERE lease_owner IS NOT NULL AND lease_until >= extract(epoch FROM statement_timestamp())
 ORDER BY lease_until, id;
 
+-- name: runnable
+-- Whether any run is runnable (wait_for_work's look when it starts listening).
+SELECT 1 FROM runs
+WHERE ready_at <= extract(epoch FROM statement_timestamp()) AND status = 'running'
+  AND (lease_owner IS NULL OR lease_until < extract(epoch FROM statement_timestamp()))
+LIMIT 1;
+
 -- name: lead
 -- Take or keep the role: free, ours already, or expired for longer than %(margin)s.
 INSERT INTO leaders (role, owner, until)
