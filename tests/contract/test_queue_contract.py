@@ -253,6 +253,15 @@ def test_a_fenced_save_needs_the_runs_current_epoch_and_owner(store: Any) -> Non
     assert run(store.save(changed, 1, [Event("status_changed", "t", {})], lease=new)) == 2
 
 
+def test_a_released_lease_fences_off_its_former_holder(store: Any) -> None:
+    add(store, "r1")
+    [lease] = claim(store)
+    run(store.release(lease))
+    with pytest.raises(LeaseLost):
+        run(store.save(make_doc("r1"), 1, [], lease=lease))
+    assert run(store.save(make_doc("r1"), 1, [])) == 2  # unfenced: fine
+
+
 def test_a_fenced_save_on_a_stale_version_is_a_conflict_not_a_lost_lease(store: Any) -> None:
     add(store, "r1")
     [lease] = claim(store)
