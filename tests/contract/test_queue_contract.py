@@ -2,9 +2,11 @@
 fenced writes of runs and governance records, fairness across tenants, heartbeats, the
 wake-up hint and the approval sweep. Each test runs against each of BACKENDS.
 
-To add a backend (PostgreSQL, say), add one entry to BACKENDS: how to make a store in a
-test's folder, and how another process opens the same one (``None``: the store is shared
-by threads of this process instead).
+To add a backend, add one entry to BACKENDS: how to make a store in a test's folder, and
+how another process opens the same one, given that folder (``None``: the store is shared
+by threads of this process instead). The PostgreSQL one gets a database of its own for
+each test (``pgtest``), whose URL it leaves in the folder for other processes; an
+unreachable server fails the test, never skips it.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from typing import Any, TypeVar
 
 import pytest
 
+import pgtest
 from oarlock.errors import ConflictError, LeaseLost, NotFound, RunBusy
 from oarlock.formats import RunDocument, dump_json, dump_run, parse_run
 from oarlock.formats._jcs import digest
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance import Claim
-from oarlock.store import Event, MemoryStore, SQLiteStore
+from oarlock.store import Event, MemoryStore, PostgresStore, SQLiteStore
 from oarlock.store._queue import Lease, RunQueue, Sweeping, WorkerInfo
 
 T = TypeVar("T")
@@ -38,6 +41,16 @@ def open_sqlite(folder: Path) -> Any:
     return SQLiteStore(folder / "queue.db")
 
 
+def make_postgres(folder: Path) -> Any:
+    url = pgtest.new_database()
+    (folder / "postgres.url").write_text(url, "utf-8")
+    return PostgresStore(url)
+
+
+def open_postgres(folder: Path) -> Any:
+    return PostgresStore((folder / "postgres.url").read_text("utf-8"))
+
+
 @dataclass(frozen=True)
 class Backend:
     make: Callable[[Path], Any]
@@ -47,6 +60,7 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     "memory": Backend(lambda _tmp: MemoryStore(), None),
     "sqlite": Backend(open_sqlite, open_sqlite),
+    "postgres": Backend(make_postgres, open_postgres),
 }
 
 
@@ -237,6 +251,15 @@ def test_a_fenced_save_needs_the_runs_current_epoch_and_owner(store: Any) -> Non
         run(store.save(changed, 1, [], lease=impostor))
     assert state(store, "r1") == before
     assert run(store.save(changed, 1, [Event("status_changed", "t", {})], lease=new)) == 2
+
+
+def test_a_released_lease_fences_off_its_former_holder(store: Any) -> None:
+    add(store, "r1")
+    [lease] = claim(store)
+    run(store.release(lease))
+    with pytest.raises(LeaseLost):
+        run(store.save(make_doc("r1"), 1, [], lease=lease))
+    assert run(store.save(make_doc("r1"), 1, [])) == 2  # unfenced: fine
 
 
 def test_a_fenced_save_on_a_stale_version_is_a_conflict_not_a_lost_lease(store: Any) -> None:
@@ -507,15 +530,22 @@ def test_wait_for_work_returns_when_a_run_becomes_runnable_here(store: Any) -> N
 # -- the approval sweep ------------------------------------------------------------------
 
 def test_one_leader_at_a_time_until_its_row_expires(store: Any) -> None:
-    assert run(store.lead("sweep", "w1", ttl_seconds=0.2))
-    assert not run(store.lead("sweep", "w2", ttl_seconds=0.2))
-    assert run(store.lead("sweep", "w1", ttl_seconds=0.2))  # renewed by its holder
-    assert run(store.lead("other", "w2", ttl_seconds=0.2))  # another role is another row
-    time.sleep(0.21)
-    assert not run(store.lead("sweep", "w2", ttl_seconds=0.2))  # within the safety margin
-    time.sleep(0.05)
-    assert run(store.lead("sweep", "w2", ttl_seconds=0.2))
-    assert not run(store.lead("sweep", "w1", ttl_seconds=0.2))
+    ttl = 2.0  # a safety margin of 0.2 s: time for a store a network away to answer
+    assert run(store.lead("sweep", "w1", ttl_seconds=ttl))
+    assert not run(store.lead("sweep", "w2", ttl_seconds=ttl))
+    assert run(store.lead("other", "w2", ttl_seconds=ttl))  # another role is another row
+    time.sleep(ttl / 5)  # past the first row's margin by the time its renewal expires
+    assert run(store.lead("sweep", "w1", ttl_seconds=ttl))  # renewed by its holder
+    renewed = time.monotonic()  # the row lasts until renewed + ttl at the latest
+
+    def sleep_until(moment: float) -> None:
+        time.sleep(max(0.0, moment - time.monotonic()))
+
+    sleep_until(renewed + ttl + 0.01)
+    assert not run(store.lead("sweep", "w2", ttl_seconds=ttl))  # within the safety margin
+    sleep_until(renewed + ttl * 1.1 + 0.01)
+    assert run(store.lead("sweep", "w2", ttl_seconds=ttl))
+    assert not run(store.lead("sweep", "w1", ttl_seconds=ttl))
 
 
 def test_lapsed_approvals_are_the_waiting_runs_past_their_deadline(store: Any) -> None:

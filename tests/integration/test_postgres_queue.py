@@ -1,8 +1,11 @@
-"""The run queue and fencing of the PostgreSQL store: claims behind a barrier never take a
-run twice, tenants are served round-robin, the claim query is planned on an index, a lease
-lost to a later epoch refuses every write of its holder (the run's save, and the begin,
-take-over, finish and refusal of its tool calls) and nothing it tried is stored; wake-ups
-are sent when a run becomes runnable."""
+"""The run queue and fencing of the PostgreSQL store, beyond the queue contract
+(tests/contract/test_queue_contract.py, which runs on PostgreSQL too): claimers on
+connections of their own behind a barrier each take a full batch and never a run twice,
+the claim query is planned on its index, a version-1 database keeps its queue order when
+migrated, a lease lost to a later epoch refuses every write of its holder (the run's save,
+and the begin, take-over, finish and refusal of its tool calls) and nothing it tried is
+stored, wake-ups reach another store's listener and a new listener finds work made
+runnable before it listened, heartbeats are dated on the database's clock."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import psycopg
 import pytest
 
 import pgtest
-from oarlock.errors import ConflictError, LeaseLost, NotFound, RunBusy, UsageError
+from oarlock.errors import ConflictError, LeaseLost, UsageError
 from oarlock.formats import RunDocument, dump_run, parse_run
 from oarlock.formats._jcs import digest
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
@@ -24,7 +27,7 @@ from oarlock.governance._records import Claim
 from oarlock.store import Event
 from oarlock.store._postgres import PostgresStore
 from oarlock.store._postgres_base import pg_queries
-from oarlock.store._queue import Lease, RunQueue, WorkerInfo
+from oarlock.store._queue import Lease, WorkerInfo
 
 EXAMPLE = "examples/runs/refund-waiting-approval.json"
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -57,10 +60,6 @@ def raw(url: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(query, params)
         return cur.fetchall() if cur.description else []
-
-
-def test_is_a_run_queue(url: str) -> None:
-    assert isinstance(PostgresStore(url), RunQueue)
 
 
 async def test_claims_behind_a_barrier_never_take_a_run_twice(url: str) -> None:
@@ -97,29 +96,11 @@ async def test_claims_behind_a_barrier_never_take_a_run_twice(url: str) -> None:
     assert {(r[0], r[1]) for r in rows} == {(lease.run_id, lease.owner) for lease in leases}
 
 
-async def test_a_flooding_tenant_does_not_starve_another(url: str) -> None:
-    async with PostgresStore(url) as store:
-        for i in range(200):
-            await store.create(doc(f"a{i:03d}"), [], tenant="flood")
-        await store.create(doc("b"), [], tenant="quiet")
-        served = [(await store.claim("w", limit=1, lease_seconds=30))[0] for _ in range(3)]
-        # the quiet tenant's run shares the second place with the flood's second run
-        assert [lease.run_id for lease in served] == ["a000", "a001", "b"]
-        # each tenant's runs in the order they became runnable
-        more = await store.claim("w", limit=3, lease_seconds=30)
-        assert [lease.run_id for lease in more] == ["a002", "a003", "a004"]
-        # a claim of one tenant's runs only
-        await store.create(doc("c"), [], tenant="quiet")
-        (only,) = await store.claim("w", limit=5, lease_seconds=30, tenants=["quiet"])
-        assert only.run_id == "c"
-        assert await store.claim("w", limit=5, lease_seconds=30, queues=["other"]) == []
-
-
 def test_the_claim_query_uses_an_index(url: str) -> None:
     raw(
         url,
         "INSERT INTO runs (id, tenant, queue, agent, status, turns, created_at, updated_at, "
-        "version, document, place) SELECT 'run-' || g, 't' || (g % 7), 'default', 'a', "
+        "version, document, ready_at) SELECT 'run-' || g, 't' || (g % 7), 'default', 'a', "
         "CASE WHEN g % 10 = 0 THEN 'running' ELSE 'completed' END, 1, 'x', 'x', 1, "
         "'\\x7b7d'::bytea, CASE WHEN g % 10 = 0 THEN g END FROM generate_series(1, 20000) g",
     )
@@ -132,46 +113,45 @@ def test_the_claim_query_uses_an_index(url: str) -> None:
                 "EXPLAIN " + pg_queries("postgres_queries.sql")["claim_runs"], params
             ).fetchall()
         )
-    assert "runs_queued" in plan, plan
+    assert "runs_runnable" in plan, plan
     assert "Seq Scan on runs" not in plan, plan
 
 
-async def test_claim_run_renew_release_and_leases(url: str) -> None:
-    async with PostgresStore(url) as store:
-        await store.create(doc("r1"), [])
-        held = await store.claim_run("r1", "w1", lease_seconds=30)
-        assert (held.owner, held.epoch, held.tenant) == ("w1", 1, "default")
-        with pytest.raises(RunBusy, match="w1"):
-            await store.claim_run("r1", "w2", lease_seconds=30)
-        again = await store.claim_run("r1", "w1", lease_seconds=30)  # its own: a new epoch
-        assert again.epoch == 2
-        with pytest.raises(LeaseLost):
-            await store.renew(held, 30)
-        renewed = await store.renew(again, 60)
-        assert renewed.epoch == 2 and renewed.until > again.until
-        assert [lease.run_id for lease in await store.leases()] == ["r1"]
-        listed = {r.id: r for r in await store.list_runs()}
-        assert listed["r1"].holder == "w1" and listed["r1"].lease_until == renewed.until
-        await store.release(held)  # a lost lease: nothing happens
-        assert [lease.epoch for lease in await store.leases()] == [2]
-        await store.release(renewed)
-        assert await store.leases() == []
-        assert (await store.list_runs())[0].holder is None
-        (back,) = await store.claim("w3", limit=5, lease_seconds=30)
-        assert (back.run_id, back.epoch) == ("r1", 3)
-        with pytest.raises(NotFound):
-            await store.claim_run("ghost", "w1", lease_seconds=30)
+async def test_a_version_1_database_keeps_its_queue_order_and_gets_approval_deadlines() -> None:
+    from oarlock.formats import dump_json
+    from oarlock.store._postgres_base import _migrations, pg_schema_version
 
-
-async def test_an_expired_lease_returns_to_the_queue(url: str) -> None:
+    url = pgtest.empty_database()
+    waiting = dump_run(doc("waiting", status="waiting_approval"))
+    waiting["pendingApprovals"][0]["expiresAt"] = "2026-01-01T00:00:00Z"
+    runs = [  # as version 1 stored them: running runs by place, ties by id
+        ("a-second", "running", 2, None, None, doc("a-second")),
+        ("b-first", "running", 1, None, None, doc("b-first")),
+        ("held", "running", 3, "w1", time.time() + 3600, doc("held")),
+        ("waiting", "waiting_approval", None, None, None, parse_run(waiting)),
+    ]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(pg_queries("postgres_queries.sql")["schema_table"])
+        conn.execute(_migrations()[0][1].encode("utf-8"))
+        conn.execute("INSERT INTO oarlock_schema (version) VALUES (1)")
+        for run_id, status, place, owner, until, document in runs:
+            conn.execute(
+                "INSERT INTO runs (id, tenant, queue, agent, status, turns, created_at, "
+                "updated_at, version, document, place, lease_owner, lease_epoch, lease_until) "
+                "VALUES (%s, 'default', 'default', 'a', %s, 1, 'x', 'x', 1, %s, %s, %s, "
+                "CASE WHEN %s::text IS NULL THEN 0 ELSE 3 END, %s)",
+                (run_id, status, dump_json(document), place, owner, owner, until),
+            )
     async with PostgresStore(url) as store:
-        await store.create(doc("r1"), [])
-        (first,) = await store.claim("dead", limit=1, lease_seconds=0.2)
-        assert await store.claim("w2", limit=1, lease_seconds=30) == []
-        await asyncio.sleep(0.4)
-        (second,) = await store.claim("w2", limit=1, lease_seconds=30)
-        assert (second.run_id, second.epoch) == ("r1", first.epoch + 1)
-        assert await store.claim("w3", limit=1, lease_seconds=30) == []  # claimed once
+        leases = await store.claim("w2", limit=5, lease_seconds=30)
+        assert [(x.run_id, x.epoch) for x in leases] == [("b-first", 1), ("a-second", 1)]
+        assert [(x.run_id, x.owner, x.epoch) for x in await store.leases()][-1] == (
+            "held", "w1", 3)  # fmt: skip
+        deadline = 1767225600.0  # 2026-01-01T00:00:00Z
+        assert await store.lapsed_approvals(now=deadline - 1, limit=10) == []
+        assert await store.lapsed_approvals(now=deadline, limit=10) == ["waiting"]
+    versions = raw(url, "SELECT version FROM oarlock_schema ORDER BY version")
+    assert [v for (v,) in versions] == list(range(1, pg_schema_version() + 1))
 
 
 async def test_a_lease_lost_to_a_later_epoch_refuses_every_write(url: str) -> None:
@@ -231,17 +211,6 @@ async def test_a_lease_lost_to_a_later_epoch_refuses_every_write(url: str) -> No
             await store.save(changed(first_doc, turns=3), 2, [], lease=live)
 
 
-async def test_a_released_lease_is_lost_for_writes(url: str) -> None:
-    async with PostgresStore(url) as store:
-        first_doc = doc("r1")
-        await store.create(first_doc, [])
-        (lease,) = await store.claim("w", limit=1, lease_seconds=30)
-        await store.release(lease)
-        with pytest.raises(LeaseLost):
-            await store.save(changed(first_doc, turns=2), 1, [], lease=lease)
-        assert await store.save(changed(first_doc, turns=2), 1, []) == 2  # unfenced: fine
-
-
 async def test_wake_ups_are_sent_when_a_run_becomes_runnable(url: str) -> None:
     async with PostgresStore(url) as waiter, PostgresStore(url) as writer:
         await waiter.wait_for_work(0.01)  # listening from now on
@@ -267,21 +236,16 @@ async def test_wake_ups_are_sent_when_a_run_becomes_runnable(url: str) -> None:
         assert time.monotonic() - started >= 0.25
 
 
-async def test_heartbeats_and_workers(url: str) -> None:
-    async with PostgresStore(url) as store:
-        await store.create(doc("r1"), [])
-        beat = now_rfc3339()
-        info = WorkerInfo("w1", "host-a", 123, NOW, beat, 4)
-        await store.heartbeat(info)
-        await store.heartbeat(WorkerInfo("w2", "host-b", 7, NOW, beat, 1))
-        await store.claim("w1", limit=1, lease_seconds=30)
-        workers = {w.owner: w for w in await store.workers(within_seconds=60)}
-        assert set(workers) == {"w1", "w2"}
-        assert workers["w1"].held == ("r1",) and workers["w2"].held == ()
-        assert (workers["w1"].host, workers["w1"].pid, workers["w1"].concurrency) == (
-            "host-a", 123, 4)  # fmt: skip
-        raw(url, "UPDATE workers SET heartbeat_at = now() - interval '1 hour' WHERE owner='w2'")
-        assert [w.owner for w in await store.workers(within_seconds=60)] == ["w1"]
+async def test_a_new_listener_finds_work_made_runnable_before_it_listened(url: str) -> None:
+    async with PostgresStore(url) as waiter, PostgresStore(url) as writer:
+        await writer.create(doc("r1"), [])  # its wake-up went to nobody
+        started = time.monotonic()
+        await waiter.wait_for_work(10)
+        assert time.monotonic() - started < 5
+        await writer.claim("w", limit=1, lease_seconds=30)
+        started = time.monotonic()
+        await waiter.wait_for_work(0.3)  # listening already, and nothing runnable
+        assert time.monotonic() - started >= 0.25
 
 
 async def test_a_heartbeat_is_as_old_as_the_worker_says_on_the_database_clock(
@@ -302,16 +266,6 @@ async def test_a_heartbeat_is_as_old_as_the_worker_says_on_the_database_clock(
         assert 0 <= float(age) < 30
         with pytest.raises(UsageError, match="not an RFC 3339 date-time"):
             await store.heartbeat(WorkerInfo("w4", "h", 4, NOW, "yesterday", 1))
-
-
-async def test_runs_are_listed_by_tenant(url: str) -> None:
-    async with PostgresStore(url) as store:
-        await store.create(doc("a1"), [], tenant="acme", queue="fast")
-        await store.create(doc("g1"), [], tenant="globex")
-        assert [r.id for r in await store.list_runs(tenant="acme")] == ["a1"]
-        assert {r.tenant for r in await store.list_runs()} == {"acme", "globex"}
-        (lease,) = await store.claim("w", limit=5, lease_seconds=30, queues=["fast"])
-        assert (lease.run_id, lease.queue, lease.tenant) == ("a1", "fast", "acme")
 
 
 # --- records ---------------------------------------------------------------------------

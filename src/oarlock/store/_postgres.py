@@ -7,9 +7,10 @@
 ``pip install 'oarlock[postgres]'``.
 
 Every change is committed before the method returns. ``create`` and ``save`` are one
-statement each (the run's row, its events, its place in the queue and the wake-up of the
-workers together), committed with ``synchronous_commit`` as the server sets it (``on`` by
-default: flushed to disk, and to a synchronous standby if there is one). ``save`` is a
+statement each (the run's row, its events, when it is ready to be claimed, the deadline
+of its approvals and the wake-up of the workers together), committed with
+``synchronous_commit`` as the server sets it (``on`` by default: flushed to disk, and to a
+synchronous standby if there is one). ``save`` is a
 compare-and-swap on the run's version; given a lease, it is fenced too: the run's lease
 epoch and owner must be the lease's, in the same statement, else :class:`LeaseLost`.
 
@@ -95,8 +96,10 @@ def _event_columns(run_id: str, events: list[Event]) -> dict[str, list[str]]:
 
 def _columns(document: RunDocument) -> dict[str, Any]:
     from oarlock.formats._codec import dump_run_json
+    from oarlock.store._leases import approval_due
 
     return {
+        "approval_due": approval_due(document),
         "id": document.id,
         "agent": document.agent,
         "status": document.status,
@@ -303,10 +306,9 @@ class PostgresStore(PostgresQueue):
             raise NotFound(f"no run {run_id}")
         version, epoch, owner = row
         if lease is not None and (epoch, owner) != (lease.epoch, lease.owner):
-            raise LeaseLost(
-                f"run {run_id}: the lease of epoch {lease.epoch} held by {lease.owner} was "
-                f"lost (the run's lease epoch is {epoch}); nothing was saved"
-            )
+            from oarlock.store._leases import lease_lost
+
+            raise lease_lost(lease, int(epoch))
         raise ConflictError(f"run {run_id} changed: stored version {version}, expected {expected}")
 
     async def events(self, run_id: str) -> list[Event]:

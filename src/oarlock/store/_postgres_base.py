@@ -457,7 +457,12 @@ class PgBase:
             current = await self._version(conn) or 0
             for version, script in _migrations()[current:]:
                 await conn.execute(script.encode("utf-8"))
+                await self._after_migration(conn, version)
                 await conn.execute(_q("schema_record"), {"version": version})
+
+    async def _after_migration(self, conn: AsyncConnection[Any], version: int) -> None:
+        """What migrating to ``version`` does beyond its script (in the same transaction),
+        where a subclass needs it."""
 
 
 def _retrieved(done: asyncio.Future[None]) -> None:

@@ -33,7 +33,6 @@ from oarlock.errors import (
     CanonicalizationError,
     ConflictError,
     IntegrityError,
-    LeaseLost,
     NotFound,
 )
 from oarlock.formats._jcs import canonicalize, loads_jcs
@@ -137,15 +136,14 @@ async def _check_fence(conn: AsyncConnection[Any], fence: Lease | None) -> None:
     (FOR SHARE) against a claim until the transaction ends."""
     if fence is None:
         return
+    from oarlock.store._leases import lease_lost
+
     row = await (await conn.execute(_q("fence"), {"id": fence.run_id})).fetchone()
     if row is None:
-        raise LeaseLost(f"run {fence.run_id} is gone: the lease of epoch {fence.epoch} is lost")
+        raise lease_lost(fence, None)
     epoch, owner = row
     if (epoch, owner) != (fence.epoch, fence.owner):
-        raise LeaseLost(
-            f"run {fence.run_id}: the lease of epoch {fence.epoch} held by {fence.owner} was "
-            f"lost (the run's lease epoch is {epoch}); nothing was written"
-        )
+        raise lease_lost(fence, int(epoch))
 
 
 class _Appender:

@@ -1,17 +1,19 @@
 """The run queue of the PostgreSQL store (the protocol is :mod:`oarlock.store._queue`).
 
-A claim is one statement: ``UPDATE runs ... WHERE id IN (SELECT ... ORDER BY place LIMIT n
-FOR UPDATE SKIP LOCKED) RETURNING ...``, so two claimers never take one run and neither
-waits for the other. Each claim increments the run's lease epoch.
+A claim is one statement: ``UPDATE runs ... FROM (the runs chosen, each lane's candidates
+locked FOR UPDATE SKIP LOCKED) RETURNING ...``, so two claimers never take one run and
+neither waits for the other. Each claim increments the run's lease epoch.
 
-Fairness, round-robin across tenants: a run takes its place in the queue when it becomes
-running (created running, or saved running from another status), one after the later of
-the queue's head (the smallest place of a running run) and the last place its tenant
-holds (ties go by run id). Each tenant's runs keep the order in which they became runnable,
-and the runs of tenants that queue at once interleave: when one tenant has 10,000 runs
-queued, another tenant's new run takes the place after the head, beside the first
-tenant's second run, not behind its 10,000th. A run keeps its place while it is
-running (a lease released, or lost to a dead worker, puts it back where it stood).
+Fairness, round-robin across tenants, as the protocol states it and the other stores keep
+it: each running run is ready from when it became runnable (created or saved running,
+released) or from the deadline of the lease that holds it (``ready_at``, see the migration
+0002); a tenant was last served at the latest claim of any of its runs (``claimed_at``).
+A claim walks the index of ready runs lane by lane (a queue and a tenant), reads at most
+``limit`` of each lane's oldest runnable runs, and serves the tenants in turn: the one
+served longest ago (never first) gives its oldest run, then the next, round again. That
+tells how many runs each lane gives; those are then locked, each lane's oldest first,
+skipping rows another claimer has locked, so that claimers at once take the next runs of
+each lane, and none locks a row it does not take.
 
 Leases, heartbeats and the runnable test use the database's clock, so that workers on
 machines whose clocks differ agree on when a lease ends.
@@ -19,7 +21,10 @@ machines whose clocks differ agree on when a lease ends.
 Wake-ups: the statement that makes a run runnable (a create or save that makes it
 running, a release of a running run) sends ``NOTIFY oarlock_work`` with the tenant as
 payload, delivered when it commits. :meth:`wait_for_work` listens on a connection of its
-own; a lost notification (a dropped listener, say) delays work by one poll at most.
+own; a listener made anew (the first wait, or after its connection was lost) looks once
+whether some run is runnable already and returns at once if so, so that a run made
+runnable while it connected, by this process or another, is not missed until the next
+poll.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from oarlock.errors import LeaseLost, NotFound, RunBusy, StoreError, UsageError
-from oarlock.store._leases import run_busy
+from oarlock.errors import NotFound, RunBusy, StoreError, UsageError
+from oarlock.store._leases import lease_lost, run_busy
 from oarlock.store._postgres_base import PgBase, pg_queries
 from oarlock.store._queue import Lease, WorkerInfo
 
@@ -114,7 +119,7 @@ class PostgresQueue(PgBase):
         if limit == 0:
             return []
         rows = await self._rows("claiming runs", "claim_runs", params)
-        rows.sort(key=lambda r: (r["place"] is None, r["place"] or 0, r["id"]))
+        rows.sort(key=lambda r: (int(r["turn"]), int(r["first"])))
         return [_lease(row) for row in rows]
 
     async def claim_run(self, run_id: str, owner: str, *, lease_seconds: float) -> Lease:
@@ -145,10 +150,9 @@ class PostgresQueue(PgBase):
         rows = await self._rows(  # run again, it renews again: idempotent
             f"renewing the lease on run {lease.run_id}", "renew", params, idempotent=True)
         if not rows:
-            raise LeaseLost(
-                f"run {lease.run_id}: the lease of epoch {lease.epoch} held by {lease.owner} "
-                "was lost"
-            )
+            held = await self.fetch(
+                f"reading run {lease.run_id}", _q("holder"), {"id": lease.run_id})
+            raise lease_lost(lease, int(held[0]["lease_epoch"]) if held else None)
         from dataclasses import replace
 
         return replace(lease, until=float(rows[0]["lease_until"]))
@@ -209,16 +213,54 @@ class PostgresQueue(PgBase):
         here = self._here
         assert here is not None
         if here.listener is None or here.listener.closed:
+            listener: AsyncConnection[Any] | None = None
             try:
                 listener = await self.connect()
                 await listener.execute(f"LISTEN {_CHANNEL}")
+                found = await (await listener.execute(_q("runnable"))).fetchone()
             except (psycopg.Error, OSError, StoreError):
+                if listener is not None:
+                    await listener.close()
                 await asyncio.sleep(timeout)  # the server is away: poll, do not spin
                 return
             here.listener = listener
+            if found is not None:  # made runnable before this listened
+                return
         try:
             async for _ in here.listener.notifies(timeout=timeout, stop_after=1):
                 break
         except psycopg.Error:
             await here.listener.close()
             here.listener = None  # a new listener next time; work may have appeared
+
+    # -- the approval sweep (oarlock.store._queue.Sweeping) -----------------------------
+    async def lead(self, role: str, owner: str, *, ttl_seconds: float) -> bool:
+        """On the database's clock, as the leases."""
+        ttl = _seconds(ttl_seconds, "ttl_seconds")
+        params = {"role": role, "owner": owner, "ttl": ttl, "margin": ttl / 10}
+        rows = await self._rows(f"leading {role}", "lead", params)
+        return bool(rows)
+
+    async def lapsed_approvals(self, *, now: float, limit: int) -> list[str]:
+        params = {"now": float(now), "limit": max(int(limit), 0)}
+        rows = await self.fetch("finding lapsed approvals", _q("lapsed_approvals"), params)
+        return [row["id"] for row in rows]
+
+    async def _after_migration(self, conn: AsyncConnection[Any], version: int) -> None:
+        """Version 2: the waiting runs' approval deadlines, read from their documents (a
+        document that is not a JSON object gets none)."""
+        if version != 2:
+            return
+        import json
+
+        from oarlock.store._leases import approval_due_json
+
+        rows = await (await conn.execute(_q("waiting_runs"))).fetchall()
+        for run_id, raw in rows:
+            try:
+                document = json.loads(bytes(raw))
+            except ValueError:
+                continue
+            due = approval_due_json(document) if isinstance(document, dict) else None
+            if due is not None:
+                await conn.execute(_q("set_approval_due"), {"id": run_id, "due": due})

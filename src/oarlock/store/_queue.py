@@ -130,7 +130,8 @@ class RunQueue(Protocol):
 
 @runtime_checkable
 class Sweeping(Protocol):
-    """What the approval sweep of workers uses, where a store offers it (memory, SQLite)."""
+    """What the approval sweep of workers uses, where a store offers it (memory, SQLite,
+    PostgreSQL)."""
 
     async def lead(self, role: str, owner: str, *, ttl_seconds: float) -> bool:
         """Hold the leader row of ``role`` for ``ttl_seconds`` from now: True when

@@ -24,20 +24,17 @@ INSERT INTO oarlock_schema (version) VALUES (%(version)s);
 SELECT pg_advisory_xact_lock(7951821729681263467);
 
 -- name: create_run
--- A run that is created running takes its place in the queue (see place_of) and wakes
--- the workers when this commits.
+-- A run that is created running is runnable from now (ready_at, see the migration 0002)
+-- and wakes the workers when this commits.
 WITH created AS (
     INSERT INTO runs (id, tenant, queue, agent, status, turns, tags, created_at, updated_at,
-                      version, agent_ref, document, events, place)
+                      version, agent_ref, document, events, ready_at, approval_due)
     VALUES (%(id)s, %(tenant)s, %(queue)s, %(agent)s, %(status)s, %(turns)s,
             %(tags)s::jsonb, %(created_at)s, %(updated_at)s, 1, %(agent_ref)s, %(document)s,
             cardinality(%(kinds)s::text[]),
-            CASE WHEN %(status)s = 'running' THEN
-                greatest((SELECT min(place) FROM runs WHERE status = 'running'),
-                         (SELECT max(place) FROM runs
-                          WHERE status = 'running' AND tenant = %(tenant)s),
-                         0) + 1
-            END)
+            CASE WHEN %(status)s = 'running' THEN extract(epoch FROM statement_timestamp())
+            END,
+            %(approval_due)s::double precision)
     RETURNING id, tenant, status
 ), added AS (
     INSERT INTO events (run_id, seq, kind, at, data)
@@ -50,24 +47,24 @@ SELECT pg_notify('oarlock_work', c.tenant) FROM created AS c WHERE c.status = 'r
 
 -- name: save_run
 -- The compare-and-swap of a run's version, fenced by a lease when one is given (%(epoch)s
--- not NULL): the run's lease epoch and owner must be the lease's. A run whose status
--- becomes running takes a place in the queue and, unless a live lease holds it, wakes
--- the workers when this commits. One row when saved; none when refused (see run_state).
+-- not NULL): the run's lease epoch and owner must be the lease's. A save without a lease
+-- (a decision, a cancellation) makes a running run that no live lease holds runnable from
+-- now, and wakes the workers when this commits if its status became running; a running
+-- run a lease holds stays ready at the lease's deadline. One row when saved; none when
+-- refused (see run_state).
 WITH current AS (
     SELECT r.id, r.status AS was, r.tenant FROM runs AS r WHERE r.id = %(id)s FOR UPDATE
 ), saved AS (
     UPDATE runs AS r
     SET agent = %(agent)s, status = %(status)s, turns = %(turns)s, tags = %(tags)s::jsonb,
         created_at = %(created_at)s, updated_at = %(updated_at)s, document = %(document)s,
-        version = r.version + 1,
+        version = r.version + 1, approval_due = %(approval_due)s::double precision,
         events = r.events + cardinality(%(kinds)s::text[]),
-        place = CASE
+        ready_at = CASE
             WHEN %(status)s <> 'running' THEN NULL
-            WHEN c.was = 'running' AND r.place IS NOT NULL THEN r.place
-            ELSE greatest((SELECT min(q.place) FROM runs AS q WHERE q.status = 'running'),
-                          (SELECT max(q.place) FROM runs AS q
-                           WHERE q.status = 'running' AND q.tenant = c.tenant),
-                          0) + 1
+            WHEN %(epoch)s::bigint IS NOT NULL AND r.ready_at IS NOT NULL THEN r.ready_at
+            ELSE greatest(coalesce(r.ready_at, 0), coalesce(r.lease_until, 0),
+                          extract(epoch FROM statement_timestamp()))
         END
     FROM current AS c
     WHERE r.id = c.id AND r.version = %(expected_version)s
@@ -130,49 +127,114 @@ ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: claim_runs
--- Take up to %(limit)s runnable runs (status running, no live lease), in queue order,
--- skipping rows another claimer has locked; each gets the next lease epoch. Runs take
--- their place when they become running: one after the later of the queue's head and
--- their tenant's last queued run, so that the runs of tenants interleave (a tenant with
--- many queued runs does not starve another). Across tenants unless %(tenants)s is given.
+-- Take up to %(limit)s runnable runs (status running, ready, no live lease), round-robin
+-- across tenants (see oarlock.store._queue), skipping rows another claimer has locked;
+-- each gets the next lease epoch. lanes walks runs_runnable from one (queue, tenant) to
+-- the next (of the queues and tenants given, or of all); candidates: each lane's oldest
+-- runnable runs, at most %(limit)s; tenants are ordered by when they were last served
+-- (never first), then by their first ready run, then by name; chosen: the runs the round
+-- robin picks, which tell how many each lane gives (quotas). Then each lane's oldest
+-- runnable runs are locked, skipping those another claimer locked, up to its quota: a
+-- claimer locks only rows it takes, and claimers at once take the next runs of each lane
+-- rather than none. rank: the order of the claim, for the caller.
+WITH RECURSIVE lanes (queue, tenant) AS (
+    (SELECT q.queue, q.tenant FROM runs AS q
+     WHERE q.ready_at IS NOT NULL
+       AND (%(queues)s::text[] IS NULL OR q.queue = ANY (%(queues)s::text[]))
+       AND (%(tenants)s::text[] IS NULL OR q.tenant = ANY (%(tenants)s::text[]))
+     ORDER BY q.queue, q.tenant
+     LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.tenant
+    FROM lanes AS l,
+         LATERAL (SELECT q.queue, q.tenant FROM runs AS q
+                  WHERE q.ready_at IS NOT NULL AND (q.queue, q.tenant) > (l.queue, l.tenant)
+                    AND (%(queues)s::text[] IS NULL OR q.queue = ANY (%(queues)s::text[]))
+                    AND (%(tenants)s::text[] IS NULL OR q.tenant = ANY (%(tenants)s::text[]))
+                  ORDER BY q.queue, q.tenant
+                  LIMIT 1) AS n
+), candidates AS (
+    SELECT l.queue, l.tenant, c.ready_at,
+           row_number() OVER (PARTITION BY l.tenant ORDER BY c.ready_at, c.id) AS turn
+    FROM lanes AS l,
+         LATERAL (SELECT q.id, q.ready_at FROM runs AS q
+                  WHERE q.queue = l.queue AND q.tenant = l.tenant
+                    AND q.ready_at <= extract(epoch FROM statement_timestamp())
+                    AND q.status = 'running'
+                    AND (q.lease_owner IS NULL
+                         OR q.lease_until < extract(epoch FROM statement_timestamp()))
+                  ORDER BY q.ready_at, q.id
+                  LIMIT %(limit)s) AS c
+), tenants AS (
+    SELECT c.tenant, min(c.ready_at) AS first_ready,
+           (SELECT max(s.claimed_at) FROM runs AS s
+            WHERE s.tenant = c.tenant AND s.claimed_at IS NOT NULL) AS served
+    FROM candidates AS c
+    GROUP BY c.tenant
+), chosen AS (
+    SELECT c.queue, c.tenant,
+           row_number() OVER (ORDER BY c.turn, t.served NULLS FIRST, t.first_ready,
+                                       c.tenant) AS rank
+    FROM candidates AS c JOIN tenants AS t ON t.tenant = c.tenant
+    ORDER BY rank
+    LIMIT %(limit)s
+), quotas AS (
+    SELECT c.queue, c.tenant, count(*) AS quota, min(c.rank) AS first FROM chosen AS c
+    GROUP BY c.queue, c.tenant
+), locked AS (
+    SELECT k.id, row_number() OVER (PARTITION BY q.tenant ORDER BY k.ready_at, k.id) AS turn,
+           min(q.first) OVER (PARTITION BY q.tenant) AS first
+    FROM quotas AS q,
+         LATERAL (SELECT r.id, r.ready_at FROM runs AS r
+                  WHERE r.queue = q.queue AND r.tenant = q.tenant
+                    AND r.ready_at <= extract(epoch FROM statement_timestamp())
+                    AND r.status = 'running'
+                    AND (r.lease_owner IS NULL
+                         OR r.lease_until < extract(epoch FROM statement_timestamp()))
+                  ORDER BY r.ready_at, r.id
+                  LIMIT q.quota
+                  FOR UPDATE SKIP LOCKED) AS k
+)
 UPDATE runs AS r
 SET lease_owner = %(owner)s, lease_epoch = r.lease_epoch + 1,
-    lease_until = extract(epoch FROM statement_timestamp()) + %(seconds)s
-WHERE r.id IN (
-    SELECT q.id FROM runs AS q
-    WHERE q.status = 'running'
-      AND (q.lease_owner IS NULL OR q.lease_until < extract(epoch FROM statement_timestamp()))
-      AND (%(tenants)s::text[] IS NULL OR q.tenant = ANY (%(tenants)s::text[]))
-      AND (%(queues)s::text[] IS NULL OR q.queue = ANY (%(queues)s::text[]))
-    ORDER BY q.place, q.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+    lease_until = extract(epoch FROM statement_timestamp()) + %(seconds)s,
+    ready_at = extract(epoch FROM statement_timestamp()) + %(seconds)s,
+    claimed_at = extract(epoch FROM statement_timestamp())
+FROM locked AS k
+WHERE r.id = k.id
 RETURNING r.id, r.lease_owner, r.lease_epoch, r.lease_until, r.tenant, r.queue, r.agent_ref,
-          r.place;
+          k.turn, k.first;
 
 -- name: claim_run
 -- This run's lease, unless another owner holds it live.
 UPDATE runs
 SET lease_owner = %(owner)s, lease_epoch = lease_epoch + 1,
-    lease_until = extract(epoch FROM statement_timestamp()) + %(seconds)s
+    lease_until = extract(epoch FROM statement_timestamp()) + %(seconds)s,
+    ready_at = extract(epoch FROM statement_timestamp()) + %(seconds)s,
+    claimed_at = extract(epoch FROM statement_timestamp())
 WHERE id = %(id)s
   AND (lease_owner IS NULL OR lease_owner = %(owner)s
        OR lease_until < extract(epoch FROM statement_timestamp()))
 RETURNING id, lease_owner, lease_epoch, lease_until, tenant, queue, agent_ref;
 
 -- name: holder
-SELECT lease_owner, lease_until FROM runs WHERE id = %(id)s;
+SELECT lease_owner, lease_until, lease_epoch FROM runs WHERE id = %(id)s;
 
 -- name: renew
-UPDATE runs SET lease_until = extract(epoch FROM statement_timestamp()) + %(seconds)s
+UPDATE runs
+SET lease_until = extract(epoch FROM statement_timestamp()) + %(seconds)s,
+    ready_at = extract(epoch FROM statement_timestamp()) + %(seconds)s
 WHERE id = %(id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
 RETURNING lease_until;
 
 -- name: release
--- Give a run back: runnable again (the workers woken when this commits) if running.
+-- Give a run back: runnable again from now, behind the runs ready before it (the workers
+-- woken when this commits), if running.
 WITH released AS (
-    UPDATE runs SET lease_owner = NULL, lease_until = NULL
+    UPDATE runs
+    SET lease_owner = NULL, lease_until = NULL,
+        ready_at = CASE WHEN status = 'running' THEN extract(epoch FROM statement_timestamp())
+                   END
     WHERE id = %(id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
     RETURNING tenant, status
 )
@@ -207,3 +269,34 @@ SELECT id, lease_owner, lease_epoch, lease_until, tenant, queue, agent_ref
 FROM runs
 WHERE lease_owner IS NOT NULL AND lease_until >= extract(epoch FROM statement_timestamp())
 ORDER BY lease_until, id;
+
+-- name: runnable
+-- Whether any run is runnable (wait_for_work's look when it starts listening).
+SELECT 1 FROM runs
+WHERE ready_at <= extract(epoch FROM statement_timestamp()) AND status = 'running'
+  AND (lease_owner IS NULL OR lease_until < extract(epoch FROM statement_timestamp()))
+LIMIT 1;
+
+-- name: lead
+-- Take or keep the role: free, ours already, or expired for longer than %(margin)s.
+INSERT INTO leaders (role, owner, until)
+VALUES (%(role)s, %(owner)s, extract(epoch FROM statement_timestamp()) + %(ttl)s)
+ON CONFLICT (role) DO UPDATE
+SET owner = excluded.owner, until = excluded.until
+WHERE leaders.owner = excluded.owner
+   OR leaders.until + %(margin)s < extract(epoch FROM statement_timestamp())
+RETURNING owner;
+
+-- name: lapsed_approvals
+-- approval_due is set only while a run waits for approval (every save sets it).
+SELECT id FROM runs
+WHERE approval_due <= %(now)s
+ORDER BY approval_due, id
+LIMIT %(limit)s;
+
+-- name: waiting_runs
+-- The runs of a database migrated to version 2 that may have an approval deadline.
+SELECT id, document FROM runs WHERE status = 'waiting_approval';
+
+-- name: set_approval_due
+UPDATE runs SET approval_due = %(due)s WHERE id = %(id)s;
