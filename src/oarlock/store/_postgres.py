@@ -273,7 +273,7 @@ class PostgresStore(PostgresQueue):
         async def write(conn: AsyncConnection[Any]) -> int:
             cur = await conn.execute(_q("save_run"), params)
             if await cur.fetchone() is None:
-                await self._refuse_save(conn, run_id, expected_version, lease)
+                await self._refuse_save(conn, run_id, expected_version, lease, params["document"])
             return expected_version + 1
 
         doing = f"saving run {run_id}"
@@ -299,12 +299,24 @@ class PostgresStore(PostgresQueue):
 
     @staticmethod
     async def _refuse_save(
-        conn: AsyncConnection[Any], run_id: str, expected: int, lease: Lease | None
+        conn: AsyncConnection[Any],
+        run_id: str,
+        expected: int,
+        lease: Lease | None,
+        document: bytes,
     ) -> None:
-        row = await (await conn.execute(_q("run_state"), {"id": run_id})).fetchone()
+        """Refuse a save the compare-and-swap did not take, saying why; unless the run
+        is at the version after ``expected`` with this very ``document``: the save is a
+        retry of one whose COMMIT went through as the server ended its connection (the
+        error then came in the commit's place), and it stands."""
+        row = await (
+            await conn.execute(_q("run_state"), {"id": run_id, "document": document})
+        ).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id}")
-        version, epoch, owner = row
+        version, epoch, owner, ours = row
+        if ours and version == expected + 1:
+            return
         if lease is not None and (epoch, owner) != (lease.epoch, lease.owner):
             from oarlock.store._leases import lease_lost
 

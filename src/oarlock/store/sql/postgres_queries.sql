@@ -86,7 +86,10 @@ SELECT s.id, CASE WHEN s.wake THEN pg_notify('oarlock_work', s.tenant) END AS wo
 FROM saved AS s;
 
 -- name: run_state
-SELECT version, lease_epoch, lease_owner FROM runs WHERE id = %(id)s;
+-- Why a save was refused; ``ours``: the run holds the very document the save wrote (a
+-- retry of a save whose COMMIT had committed as its connection was ended).
+SELECT version, lease_epoch, lease_owner, document = %(document)s AS ours
+FROM runs WHERE id = %(id)s;
 
 -- name: saved_state
 -- A save whose commit's outcome is unknown committed if the run is at its version with
