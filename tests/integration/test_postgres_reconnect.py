@@ -208,3 +208,77 @@ async def test_tasks_that_first_use_a_store_at_once_share_one_pool(
                                     return_exceptions=True)
     assert all(isinstance(f, StoreError) for f in failures), failures  # each told why
     await broken.close()
+
+
+class EndedAfterCommit:
+    """The server ends the connection as a COMMIT goes through: the COMMIT is run, then
+    ``AdminShutdown`` (57P01) comes in its reply's place, as when ``pg_terminate_backend``
+    lands between the commit and its reply. Every ``every``-th COMMIT does so."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, every: int) -> None:
+        self.commits = 0
+        self.ended = 0
+        real = psycopg.AsyncConnection.execute
+        spy = self
+
+        async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            result = await real(self, query, *args, **kwargs)
+            if query == "COMMIT":
+                spy.commits += 1
+                if spy.commits % every == 0:
+                    spy.ended += 1
+                    raise psycopg.errors.AdminShutdown("terminating connection")
+            return result
+
+        monkeypatch.setattr(psycopg.AsyncConnection, "execute", execute)
+
+
+@pytest.mark.parametrize("every", [2, 3, 4])
+async def test_writes_whose_commit_went_through_as_the_connection_ended_stand_once(
+    url: str, monkeypatch: pytest.MonkeyPatch, every: int
+) -> None:
+    """Each unflushed save, claim and receipt is run again after its COMMIT went through
+    but its reply was the server ending the connection: the run completes with every call
+    run once, one claim, invocation and receipt per call (none Uncertain), its events once,
+    and a ledger that verifies."""
+    from helpers import echo
+    from oarlock.engine import Agent, Runner
+    from oarlock.governance import RulePolicy
+    from oarlock.governance._ledger import verify_chains
+    from oarlock.models import ScriptedModel
+    from oarlock.tools import tool
+
+    ran: list[str] = []
+
+    @tool(side_effect="external")
+    async def note(text: str) -> str:
+        """Write a note."""
+        ran.append(text)
+        return f"noted {text}"
+
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "a"}}]},
+        {"tool_calls": [{"name": "note", "arguments": {"text": "b"}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "c"}},
+                        {"name": "note", "arguments": {"text": "d"}}]},
+        {"text": "done"},
+    ]  # fmt: skip
+    rule = {"id": "notes", "effect": "allow", "match": {"tool": "note"}}
+    agent = Agent("w", ScriptedModel(turns), tools=[echo, note],
+                  policy=RulePolicy({"policy": "notes", "rules": [rule]}))  # fmt: skip
+    async with PostgresStore(url) as store:
+        ended = EndedAfterCommit(monkeypatch, every)
+        doc = await Runner(agent, store).start("go")
+        assert doc.status == "completed", doc.error
+        monkeypatch.undo()
+        assert ended.ended == ended.commits // every >= 2
+        assert ran == ["b", "d"]  # each effect once
+        receipts = raw(url, "SELECT status FROM receipts")
+        assert sorted(s for (s,) in receipts) == ["Succeeded"] * 4
+        assert raw(url, "SELECT count(*) FROM invocations") == [(4,)]
+        assert raw(url, "SELECT count(*) FROM claims") == [(4,)]
+        kinds = [e.kind for e in await store.events(doc.id)]
+        assert kinds.count("tool_called") == 4 and kinds.count("model_responded") == 4
+        gov = store.governance()
+        chains = {name: await gov.ledger(name) for name in await gov.chains()}
+        assert chains and all(r.ok for r in verify_chains(chains).values())

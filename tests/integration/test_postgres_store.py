@@ -266,29 +266,3 @@ def test_a_store_outlives_the_event_loops_that_use_it() -> None:
         time.sleep(0.05)
     assert left[0][0] == 0
 
-
-def test_a_save_run_again_after_its_commit_went_through_stands_once() -> None:
-    """A save retried because its connection was ended as its COMMIT went through (the
-    server's error came in the commit's place) finds the run at the next version with its
-    own document: it stands, once, with its events once; any other document at that
-    version is a conflict, as before."""
-    from oarlock.errors import ConflictError
-
-    url = pgtest.new_database()
-
-    async def go() -> None:
-        async with PostgresStore(url) as store:
-            document = doc("r1")
-            version = await store.create(document, [])
-            document.status = "completed"
-            events = [Event("status_changed", "now", {"to": "completed"})]
-            saved = await store.save(document, version, events, flush=False)
-            again = await store.save(document, version, events, flush=False)  # the retry
-            assert again == saved == version + 1
-            assert [e.kind for e in await store.events("r1")] == ["status_changed"]
-            other = doc("r1")
-            other.status = "failed"
-            with pytest.raises(ConflictError, match="stored version 2, expected 1"):
-                await store.save(other, version, [], flush=False)
-
-    asyncio.run(go())

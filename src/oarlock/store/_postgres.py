@@ -52,7 +52,7 @@ from oarlock.errors import (
     NotFound,
     StoreError,
 )
-from oarlock.store._postgres_base import pg_queries
+from oarlock.store._postgres_base import pg_queries, run_again
 from oarlock.store._postgres_queue import PostgresQueue
 
 if TYPE_CHECKING:
@@ -226,6 +226,11 @@ class PostgresStore(PostgresQueue):
         async def write(conn: AsyncConnection[Any]) -> int:
             import psycopg
 
+            if run_again():  # this creation's first try may have committed
+                cur = await conn.execute(_q("saved_state"), {"id": run_id})
+                if (row := await cur.fetchone()) is not None and (
+                    row[0] == 1 and bytes(row[1]) == params["document"]):  # fmt: skip
+                    return 1
             try:
                 await conn.execute(_q("create_run"), params)
             except psycopg.errors.UniqueViolation:
@@ -305,17 +310,17 @@ class PostgresStore(PostgresQueue):
         lease: Lease | None,
         document: bytes,
     ) -> None:
-        """Refuse a save the compare-and-swap did not take, saying why; unless the run
-        is at the version after ``expected`` with this very ``document``: the save is a
-        retry of one whose COMMIT went through as the server ended its connection (the
-        error then came in the commit's place), and it stands."""
+        """Refuse a save the compare-and-swap did not take, saying why; unless it runs
+        again after the server ended its connection as it committed (:func:`run_again`)
+        and the run is at the version after ``expected`` with this very ``document``:
+        its first try committed, and it stands."""
         row = await (
             await conn.execute(_q("run_state"), {"id": run_id, "document": document})
         ).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id}")
         version, epoch, owner, ours = row
-        if ours and version == expected + 1:
+        if ours and version == expected + 1 and run_again():
             return
         if lease is not None and (epoch, owner) != (lease.epoch, lease.owner):
             from oarlock.store._leases import lease_lost

@@ -34,6 +34,7 @@ import math
 import re
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -54,6 +55,7 @@ __all__ = [
     "is_postgres_url",
     "pg_queries",
     "pg_schema_version",
+    "run_again",
 ]
 
 T = TypeVar("T")
@@ -64,6 +66,15 @@ _SQL = Path(__file__).with_name("sql")
 # server ended the connection before it ran anything sent on it
 _ENDED = frozenset({"57P01", "57P02", "57P03"})
 _RETRIES = 5
+_AGAIN: ContextVar[bool] = ContextVar("oarlock_pg_again", default=False)
+
+
+def run_again() -> bool:
+    """Whether the work under way runs again after the server ended its connection as it
+    committed: the error came in the commit's place, and the first try may have committed
+    all the same. A write that then finds its own record (its invocation's claim or
+    receipt) lets it stand rather than refusing a duplicate."""
+    return _AGAIN.get()
 
 
 def display_url(url: str) -> str:
@@ -312,11 +323,32 @@ class PgBase:
         A failure of the connection before anything could have been committed (or of
         idempotent work, whenever) is retried on a new connection; OarlockErrors that
         ``work`` raises (a refusal) roll back and pass through; any other failure of the
-        database is a StoreError."""
+        database is a StoreError. A failure that the server reported in a commit's place
+        (it ended the connection) is taken for no commit, and the work run again knows it
+        (:func:`run_again`): should the commit have gone through, the work finds its own
+        records."""
+        pool = await self._pool()
+        again = _AGAIN.set(False)
+        try:
+            return await self._attempts(
+                pool, doing, work, transaction=transaction, sync=sync, idempotent=idempotent
+            )
+        finally:
+            _AGAIN.reset(again)
+
+    async def _attempts(
+        self,
+        pool: AsyncConnectionPool[AsyncConnection[Any]],
+        doing: str,
+        work: Callable[[AsyncConnection[Any]], Awaitable[T]],
+        *,
+        transaction: bool,
+        sync: bool,
+        idempotent: bool,
+    ) -> T:
         import psycopg
         from psycopg_pool import PoolTimeout
 
-        pool = await self._pool()
         for attempt in range(_RETRIES):
             committing = not transaction and not idempotent  # one statement is its commit
             try:
@@ -346,6 +378,8 @@ class PgBase:
                         code="commit_unknown",
                     ) from None
                 if attempt + 1 < _RETRIES:  # nothing was committed: run it again
+                    if committing:  # ... as far as the server said: it ended the connection
+                        _AGAIN.set(True)
                     if lost:
                         await pool.check()  # drop the pool's dead connections
                     continue

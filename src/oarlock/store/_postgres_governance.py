@@ -51,7 +51,7 @@ from oarlock.governance._records import (
     check_supersedes,
 )
 from oarlock.governance._store import ClaimHeld, artifact_ref
-from oarlock.store._postgres_base import pg_queries
+from oarlock.store._postgres_base import pg_queries, run_again
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -268,7 +268,10 @@ class PostgresGovernanceStore:
         async def work(conn: AsyncConnection[Any]) -> ClaimHeld | None:
             await _check_fence(conn, fence)
             if await _count(conn, "insert_claim", _claim_params(claim)) != 1:
-                return await self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
+                held = await self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
+                if run_again() and held is not None and held.claim.invocation_id == invocation_id:
+                    return None  # this claim's own first try committed (see run_again)
+                return held
             if approval_id is not None and grant is None:
                 params = {"approval_id": approval_id, "invocation_id": invocation_id}
                 if await _count(conn, "use_approval", params) != 1:
@@ -340,6 +343,8 @@ class PostgresGovernanceStore:
             if not found:
                 raise NotFound(f"no invocation {invocation_id}")
             if found[0]["status"] is not None:
+                if run_again() and found[0]["status"] == receipt["status"]:
+                    return  # this receipt's own first try committed (see run_again)
                 raise ConflictError(
                     f"invocation {invocation_id} has a receipt already", code="receipt_exists"
                 )
@@ -363,6 +368,8 @@ class PostgresGovernanceStore:
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name not in ("receipts_pkey", "invocations_pkey"):
                 raise
+            if run_again():
+                return  # this write's own first try committed (see run_again)
             raise ConflictError(
                 f"invocation {invocation_id} has a receipt already", code="receipt_exists"
             ) from None
