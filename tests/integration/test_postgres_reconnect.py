@@ -213,10 +213,11 @@ async def test_tasks_that_first_use_a_store_at_once_share_one_pool(
 class EndedAfterCommit:
     """The server ends the connection as a COMMIT goes through: the COMMIT is run, then
     ``AdminShutdown`` (57P01) comes in its reply's place, as when ``pg_terminate_backend``
-    lands between the commit and its reply. Every ``every``-th COMMIT does so."""
+    lands between the commit and its reply. Every ``every``-th COMMIT does so, from the
+    ``first``-th on."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, every: int) -> None:
-        self.commits = 0
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, every: int, first: int = 0) -> None:
+        self.commits = -first if first else 0
         self.ended = 0
         real = psycopg.AsyncConnection.execute
         spy = self
@@ -225,7 +226,7 @@ class EndedAfterCommit:
             result = await real(self, query, *args, **kwargs)
             if query == "COMMIT":
                 spy.commits += 1
-                if spy.commits % every == 0:
+                if spy.commits >= 0 and spy.commits % every == 0:
                     spy.ended += 1
                     raise psycopg.errors.AdminShutdown("terminating connection")
             return result
@@ -279,6 +280,34 @@ async def test_writes_whose_commit_went_through_as_the_connection_ended_stand_on
         assert raw(url, "SELECT count(*) FROM claims") == [(4,)]
         kinds = [e.kind for e in await store.events(doc.id)]
         assert kinds.count("tool_called") == 4 and kinds.count("model_responded") == 4
+        gov = store.governance()
+        chains = {name: await gov.ledger(name) for name in await gov.chains()}
+        assert chains and all(r.ok for r in verify_chains(chains).values())
+
+
+async def test_a_decision_whose_commit_went_through_as_the_connection_ended_stands_once(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The approval's COMMIT (the first of the decision) and every other one after it go
+    through as the connection ends: the decision is recorded once, the approved call runs
+    once under it, and the ledger verifies."""
+    from helpers import echo_agent
+    from oarlock.engine import Runner
+    from oarlock.governance._ledger import verify_chains
+
+    async with PostgresStore(url) as store:
+        paused = await Runner(echo_agent("d", 1, pay_last=True), store).start("go")
+        assert paused.status == "waiting_approval"
+        call = paused.pending_approvals[0].tool_call_id
+        ended = EndedAfterCommit(monkeypatch, every=2, first=1)
+        runner = Runner(echo_agent("d", 1, pay_last=True), store)
+        await runner.decide(paused.id, call, "approved")
+        done = await runner.resume(paused.id)
+        monkeypatch.undo()
+        assert done.status == "completed", done.error
+        assert ended.ended >= 2
+        assert raw(url, "SELECT count(*) FROM approvals") == [(1,)]
+        assert sorted(raw(url, "SELECT status FROM receipts")) == [("Succeeded",)] * 2
         gov = store.governance()
         chains = {name: await gov.ledger(name) for name in await gov.chains()}
         assert chains and all(r.ok for r in verify_chains(chains).values())

@@ -216,6 +216,11 @@ class PostgresGovernanceStore:
         )
 
         async def work(conn: AsyncConnection[Any]) -> None:
+            if run_again():  # this decision's first try may have committed
+                params = {"run_id": approval.run_id, "tool_call_id": approval.tool_call_id}
+                found = await _rows(conn, "approval_for", params)
+                if found and _body(found[0]["body"], "approval") == approval.to_json():
+                    return
             await self._write_approval(conn, appender, approval)
 
         # committed without a flush: the run's commit of the decision follows at once,
@@ -307,6 +312,10 @@ class PostgresGovernanceStore:
         async def work(conn: AsyncConnection[Any]) -> bool:
             await _check_fence(conn, fence)
             if await _count(conn, "take_over", params) != 1:
+                if run_again():  # this take-over's first try may have committed
+                    key = (claim.tenant_id, claim.tool_id, claim.idempotency_key)
+                    held = await self._held(conn, *key)
+                    return held is not None and held.claim.invocation_id == claim.invocation_id
                 return False
             await appender.write(conn)
             return True
