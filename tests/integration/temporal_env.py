@@ -9,7 +9,6 @@ installs it."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -21,6 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
+from worker_fleet import effects, environment, oarlock  # the workers' tests' own set-up
+
+__all__ = [
+    "ALLOW_PAY",
+    "TemporalWorkerProcess",
+    "address",
+    "agent_file",
+    "agent_folder",
+    "dev_server",
+    "effects",
+    "environment",
+    "free_port",
+    "oarlock",
+    "temporal_binary",
+    "wait_for",
+]
 
 TIMEOUT = 60
 
@@ -125,33 +140,6 @@ def agent_file(
 
 
 ALLOW_PAY = "policy: allow-pay\nrules:\n  - id: pay-ok\n    effect: allow\n    match: {tool: pay}\n"
-
-
-def environment(tmp: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OARLOCK_")}
-    env.update(
-        XDG_CONFIG_HOME=str(tmp / "config"),
-        XDG_DATA_HOME=str(tmp / "data"),
-        EFFECTS=str(tmp / "effects.jsonl"),
-        PYTHONUNBUFFERED="1",
-    )
-    env.update(extra)
-    return env
-
-
-def effects(tmp: Path) -> list[dict[str, Any]]:
-    path = tmp / "effects.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
-def oarlock(db: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "oarlock.cli", "--db", str(db), *args],
-        env=env, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
-        check=False,
-    )
 
 
 class TemporalWorkerProcess:

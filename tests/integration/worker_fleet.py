@@ -177,7 +177,7 @@ def effects(tmp: Path) -> list[dict[str, Any]]:
     path = tmp / "effects.jsonl"
     if not path.exists():
         return []
-    return [json.loads(text) for text in path.read_text().splitlines()]
+    return [json.loads(text) for text in path.read_text().splitlines() if text]
 
 
 def runs(db: Db, env: dict[str, str], *args: str) -> list[dict[str, Any]]:

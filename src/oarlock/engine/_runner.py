@@ -597,21 +597,23 @@ class Runner(Conversations, Decisions):
     async def _run_approved(
         self, calls: list[tuple[ToolCallPart, dict[str, Any]]], ctx: CallContext
     ) -> list[ToolResultPart]:
-        """Run approved calls with the arguments the approval covers. They were planned
-        and decided already; only the tool's presence and the arguments are checked again
-        (the agent may have changed since the run paused)."""
+        """Run approved calls with the arguments the approval covers."""
+        return await _gather([self._approved_call(c, a, ctx) for c, a in calls])
 
-        async def one(call: ToolCallPart, args: dict[str, Any]) -> ToolResultPart:
-            tool = self.agent.tools.get(call.name)
-            if tool is None:
-                return error_result(call, f"Tool {call.name!r} is no longer available.")
-            try:
-                valid = tool.validate_arguments(args)
-            except ToolArgumentsError as exc:
-                return error_result(call, f"{exc}.")
-            return await self._executed(tool, call, valid, ctx)
-
-        return await _gather([one(c, a) for c, a in calls])
+    async def _approved_call(
+        self, call: ToolCallPart, args: dict[str, Any], ctx: CallContext
+    ) -> ToolResultPart:
+        """One approved call, with ``args``, the arguments its approval covers. It was
+        planned and decided already; only the tool's presence and the arguments are
+        checked again (the agent may have changed since the run paused)."""
+        tool = self.agent.tools.get(call.name)
+        if tool is None:
+            return error_result(call, f"Tool {call.name!r} is no longer available.")
+        try:
+            valid = tool.validate_arguments(args)
+        except ToolArgumentsError as exc:
+            return error_result(call, f"{exc}.")
+        return await self._executed(tool, call, valid, ctx)
 
     async def _model_turn(self, doc: RunDocument) -> list[Event]:
         output = self.agent.output

@@ -35,7 +35,7 @@ from temporalio.exceptions import ApplicationError
 
 from oarlock._secrets import redact
 from oarlock.engine import _core as core
-from oarlock.engine._execute import error_result, plan_call
+from oarlock.engine._execute import plan_call
 from oarlock.engine._run_agents import RunAgents
 from oarlock.engine._runner import Runner, update_run
 from oarlock.errors import (
@@ -63,7 +63,6 @@ from oarlock.temporal._types import (
     StepInput,
     ToolInput,
 )
-from oarlock.tools._tool import ToolArgumentsError
 
 if TYPE_CHECKING:
     from oarlock.engine._agent import Agent
@@ -321,18 +320,11 @@ class Activities:
     async def _approved(
         self, runner: Runner, doc: RunDocument, call: ToolCallPart, ctx: Any
     ) -> ToolResultPart:
-        """An approved call, with the arguments the approval covers (checked again: the
-        agent may have changed since the run paused)."""
+        """An approved call, with the arguments the approval covers (the runner's own
+        approved call, as a native resume runs it)."""
         pending = next(a for a in doc.pending_approvals if a.tool_call_id == call.id)
         args = call.arguments if pending.edited_arguments is None else pending.edited_arguments
-        tool = runner.agent.tools.get(call.name)
-        if tool is None:
-            return error_result(call, f"Tool {call.name!r} is no longer available.")
-        try:
-            valid = tool.validate_arguments(args)
-        except ToolArgumentsError as exc:
-            return error_result(call, f"{exc}.")
-        return await runner._executed(tool, call, valid, ctx)
+        return await runner._approved_call(call, args, ctx)
 
     @activity.defn(name=DECIDE)
     @_guarded
