@@ -248,6 +248,39 @@ async def test_a_new_listener_finds_work_made_runnable_before_it_listened(url: s
         assert time.monotonic() - started >= 0.25
 
 
+async def test_work_made_runnable_as_a_listener_starts_wakes_it_once(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run made runnable between the new listener's LISTEN and its look for runnable
+    runs is found by the look, and its notification, in by then, wakes no later wait."""
+    async with PostgresStore(url) as waiter, PostgresStore(url) as writer:
+        await waiter.list_runs()  # the waiter's pool exists
+        real = waiter.connect
+
+        async def connect() -> Any:
+            conn = await real()
+            execute = conn.execute
+
+            async def listen_then_create(query: Any, *args: Any, **kwargs: Any) -> Any:
+                result = await execute(query, *args, **kwargs)
+                if str(query).startswith("LISTEN"):
+                    await writer.create(doc("r1"), [])  # notified to this listener
+                    await asyncio.sleep(0.1)  # its notification has come in
+                return result
+
+            conn.execute = listen_then_create
+            return conn
+
+        monkeypatch.setattr(waiter, "connect", connect)
+        started = time.monotonic()
+        await waiter.wait_for_work(10)
+        assert time.monotonic() - started < 5  # found by the look
+        await writer.claim("w", limit=1, lease_seconds=30)
+        started = time.monotonic()
+        await waiter.wait_for_work(0.3)  # nothing new since: not woken by r1's notification
+        assert time.monotonic() - started >= 0.25
+
+
 async def test_a_heartbeat_is_as_old_as_the_worker_says_on_the_database_clock(
     url: str,
 ) -> None:

@@ -224,7 +224,10 @@ class PostgresQueue(PgBase):
                 await asyncio.sleep(timeout)  # the server is away: poll, do not spin
                 return
             here.listener = listener
-            if found is not None:  # made runnable before this listened
+            if found is not None:  # made runnable before this looked (perhaps after LISTEN:
+                # its notification is in, and would wake the next wait for nothing)
+                async for _ in listener.notifies(timeout=0):
+                    pass
                 return
         try:
             async for _ in here.listener.notifies(timeout=timeout, stop_after=1):
