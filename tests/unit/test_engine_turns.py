@@ -551,3 +551,18 @@ def test_repeated_call_ids_from_the_model_are_made_unique() -> None:
     assert [result_text(r) for r in parts] == ['{"key": "a", "value": "A"}',
                                              '{"key": "b", "value": "B"}',
                                              '{"key": "c", "value": "C"}']
+
+
+def test_a_call_id_repeated_after_a_reload_is_made_unique() -> None:
+    """The ids seen are counted again in a document read back from the store."""
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "lookup", "arguments": {"key": "a"}, "id": "dup"}]},
+        {"text": "first"},
+        {"tool_calls": [{"name": "lookup", "arguments": {"key": "b"}, "id": "dup"}]},
+        {"text": "second"}])
+    store = ValidatingStore(MemoryStore())
+    first = run(Runner(Agent("agent", model, tools=TOOLS), store).start("q"))
+    doc = run(Runner(Agent("agent", model, tools=TOOLS), store).continue_run(first.id, "more"))
+    assert (doc.status, doc.result) == ("completed", "second")
+    ids = [c.id for m in doc.messages if m.role == "assistant" for c in m.tool_calls]
+    assert ids == ["dup", "dup~2"]

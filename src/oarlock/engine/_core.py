@@ -261,7 +261,8 @@ def on_model_response(
     u.input_tokens += input_tokens
     u.output_tokens += output_tokens
     if cost is None:
-        setattr(u, "costKnown", False)  # noqa: B010 - an extension member of usage
+        if (u.model_extra or {}).get("costKnown") is not False:
+            setattr(u, "costKnown", False)  # noqa: B010 - an extension member of usage
     else:
         u.cost_usd = round(u.cost_usd + cost, 10)
     doc.updated_at = now
@@ -386,13 +387,25 @@ def _admit(message: AssistantMessage) -> None:
 def _unique_call_ids(doc: RunDocument, message: AssistantMessage) -> None:
     """A model that repeats a tool call id would make the document ambiguous: give the
     repeat a fresh id (the model sees it in the result)."""
-    seen = {c.id for m in doc.messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
-    for call in message.tool_calls:
+    calls = message.tool_calls
+    if not calls:
+        return
+    seen = doc._call_ids  # the ids in the first ``counted`` messages (they never change)
+    counted = doc._call_ids_counted
+    if counted > len(doc.messages):  # the messages were replaced: count them again
+        seen.clear()
+        counted = 0
+    for m in doc.messages[counted:]:
+        if isinstance(m, AssistantMessage):
+            seen.update(c.id for c in m.tool_calls)
+    doc._call_ids_counted = len(doc.messages)
+    fresh: set[str] = set()
+    for call in calls:
         base, n = call.id, 1
-        while call.id in seen:
+        while call.id in seen or call.id in fresh:
             n += 1
             call.id = f"{base}~{n}"
-        seen.add(call.id)
+        fresh.add(call.id)
 
 
 def on_tools_planned(

@@ -169,6 +169,10 @@ class RunDocument(_Open):
     # the JSON of each message as last dumped, with the message it was made from (see
     # _codec.dump_run_json): not part of the document
     _message_json: list[tuple[object, bytes]] = PrivateAttr(default_factory=list)
+    # the tool call ids of the first ``_call_ids_counted`` messages (see
+    # engine._core._unique_call_ids): not part of the document
+    _call_ids: set[str] = PrivateAttr(default_factory=set)
+    _call_ids_counted: int = PrivateAttr(default=0)
 
 
 class ExecutionScope(_Closed):

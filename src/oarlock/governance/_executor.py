@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import math
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -67,7 +66,7 @@ from oarlock.governance._policy import (
     PolicyRequest,
     PolicyVerdict,
 )
-from oarlock.governance._records import Approval, CallOutcome, Claim, run_uuid, step_uuid
+from oarlock.governance._records import Approval, CallOutcome, Claim, new_uuid, run_uuid, step_uuid
 from oarlock.governance._sandboxed import SandboxPlan, SandboxRefused, plan_sandbox
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
@@ -211,7 +210,7 @@ class GovernedExecutor:
                 code="approval_unauthenticated",
             )
         approval = Approval(
-            approval_id=str(uuid.uuid4()),
+            approval_id=new_uuid(),
             run_id=ctx.run_id,
             tool_call_id=call_id,
             tool_id=tool.name,
@@ -330,13 +329,13 @@ class GovernedExecutor:
         record = json_arguments(arguments)
         canonical = canonicalize(record)
         invocation: dict[str, Any] = {
-            "invocationId": str(uuid.uuid4()),
+            "invocationId": new_uuid(),
             "toolId": tool.name,
             "schemaVersion": tool.schema_version,
             "scope": dict(ctx.scope),
             "runId": run_uuid(ctx.run_id),
             "stepId": step_uuid(ctx.run_id, ctx.turn),
-            "attemptId": str(uuid.uuid4()),
+            "attemptId": new_uuid(),
             "agentId": ctx.agent,
             "sideEffectClass": tool.side_effect,
             "idempotencyKey": "",
@@ -351,7 +350,7 @@ class GovernedExecutor:
 
     def _decision(self, verdict: PolicyVerdict, now: str) -> dict[str, Any]:
         decision: dict[str, Any] = {
-            "decisionId": str(uuid.uuid4()),
+            "decisionId": new_uuid(),
             "effect": verdict.effect,
             "policyId": self.policy.policy_id,
             "evaluatedAt": now,
@@ -425,7 +424,7 @@ class GovernedExecutor:
     def _standing(self, c: _Call, verdict: PolicyVerdict) -> Approval:
         ttl = verdict.approval_ttl_seconds
         return Approval(
-            approval_id=str(uuid.uuid4()),
+            approval_id=new_uuid(),
             run_id=c.ctx.run_id,
             tool_call_id=c.call.id,
             tool_id=c.tool.name,
@@ -477,7 +476,7 @@ class GovernedExecutor:
         prior, _ = await self.store.load(claim.invocation_id)
         fence = c.ctx.fence
         if c.tool.side_effect in _SAFE:
-            attempt = {**prior, "invocationId": str(uuid.uuid4()), "attemptId": str(uuid.uuid4())}
+            attempt = {**prior, "invocationId": new_uuid(), "attemptId": new_uuid()}
             retry = _Call(c.tool, c.call, c.ctx, c.arguments, attempt, c.now, c.bytes_in)
             if await self.store.take_over(claim, self._claim(retry), attempt, c.now, fence=fence):
                 return await self._run(retry)

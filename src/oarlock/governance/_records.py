@@ -25,6 +25,7 @@ told.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ __all__ = [
     "Reconciliation",
     "StoredReceipt",
     "check_supersedes",
+    "new_uuid",
     "run_uuid",
     "step_uuid",
 ]
@@ -51,6 +53,19 @@ _APPROVAL_TYPES = frozenset({"oarlock-approval/1", APPROVAL_TYPE})
 RECONCILIATION_TYPE = "oarlock-reconciliation/2"
 _RECONCILIATION_TYPES = frozenset({"oarlock-reconciliation/1", RECONCILIATION_TYPE})
 _NAMESPACE = uuid.UUID("6f0a7c3e-4d52-5a8e-9b1f-0a4c6e8d2b17")
+
+
+def new_uuid() -> str:
+    """A random (version 4) UUID's text: what ``str(uuid.uuid4())`` gives, in half the time
+    (three are made for each tool call)."""
+    return uuid_text(os.urandom(16))
+
+
+def uuid_text(random: bytes) -> str:
+    """The text of the version-4 UUID made of 16 random bytes (``uuid.UUID(bytes=random,
+    version=4)``)."""
+    h = random.hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
 @lru_cache(maxsize=4096)
