@@ -508,4 +508,33 @@ def targets_section(res: dict[str, Any]) -> list[str]:
                     f"| 100-turn run / 10-turn run ({what}) | ≤ 12 | {r:.1f} | "
                     f"{'yes' if r <= 12 else 'no'} |"
                 )
+    return out + _scale_targets(res.get("scale") or {})
+
+
+def _scale_targets(sc: dict[str, Any]) -> list[str]:
+    """The scale targets: the share of the ideal wall time (two model latencies) that many
+    concurrent runs reach in one process, with the bound one core's CPU puts on it, and
+    the memory a waiting run holds."""
+    out = []
+    for key, where, wanted in (
+        ("concurrent_memory", "in memory", 0.70),
+        ("concurrent_sqlite", "SQLite", 0.50),
+    ):
+        r = sc.get(key)
+        if not r:
+            continue
+        bound = r["ideal_s"] / max(r["ideal_s"], r["cpu_s"])
+        out.append(
+            f"| {r['runs']:,} concurrent runs, 100 ms model, one process, {where}: share of "
+            f"the ideal wall time | ≥ {wanted:.0%} | {r['efficiency']:.1%} (one core's CPU "
+            f"allows {bound:.1%}) | {'yes' if r['efficiency'] >= wanted else 'no'} |"
+        )
+    for key, where in (("waiting_memory", "in memory"), ("waiting_sqlite", "SQLite")):
+        w = sc.get(key)
+        if w:
+            kb = w["bytes_per_waiting_run"] / 1024
+            out.append(
+                f"| resident memory per waiting run, {w['runs']:,} at once, {where} | "
+                f"≤ 50 KB | {kb:.1f} KB | {'yes' if kb <= 50 else 'no'} |"
+            )
     return out

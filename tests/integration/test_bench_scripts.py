@@ -164,3 +164,28 @@ def test_the_profile_benchmark_times_every_part_of_a_turn(tmp_path: Path) -> Non
     assert sqlite["SQLite commit, flushed"] == 1.0  # the pinned counts of test_commit_counts
     assert sqlite["SQLite commit, not flushed"] == 3.0
     assert result["memory"]["calls_per_turn"]["SQLite commit, flushed"] == 0
+
+
+def test_the_report_judges_the_scale_targets_from_the_figures() -> None:
+    """The Targets table gives the scale rows their verdicts from the measured figures."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report
+    finally:
+        sys.path.remove(str(BENCH))
+    res = json.loads((BENCH / "results.json").read_text("utf-8"))
+    run_of = {"runs": 10_000, "ideal_s": 0.2}
+    res["scale"] = {
+        "concurrent_memory": {**run_of, "wall_s": 0.25, "cpu_s": 0.1, "efficiency": 0.8},
+        "concurrent_sqlite": {**run_of, "wall_s": 4.0, "cpu_s": 4.0, "efficiency": 0.05},
+        "waiting_memory": {"runs": 10_000, "bytes_per_waiting_run": 60 * 1024},
+    }
+    table = report.targets_section(res)
+    lines = [line for line in table if "concurrent" in line or "waiting" in line]
+    assert lines == [
+        "| 10,000 concurrent runs, 100 ms model, one process, in memory: share of the ideal "
+        "wall time | ≥ 70% | 80.0% (one core's CPU allows 100.0%) | yes |",
+        "| 10,000 concurrent runs, 100 ms model, one process, SQLite: share of the ideal wall "
+        "time | ≥ 50% | 5.0% (one core's CPU allows 5.0%) | no |",
+        "| resident memory per waiting run, 10,000 at once, in memory | ≤ 50 KB | 60.0 KB | no |",
+    ]
