@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from oarlock import __version__
 from oarlock._render import block, line
-from oarlock.cli._args import Parser, concurrency, limit, path, seconds, stored_path, text
+from oarlock.cli._args import (
+    OneCommand,
+    Parser,
+    concurrency,
+    limit,
+    path,
+    seconds,
+    stored_path,
+    text,
+)
 
 if TYPE_CHECKING:
     from oarlock.errors import OarlockError
@@ -22,7 +31,9 @@ __all__ = ["build_parser", "main", "refused"]
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; with ``only``, the name of a command, the parsers of the
+    other commands are not built (parsing ``only``'s arguments gives the same result)."""
     parser = Parser(prog="oarlock", description="Durable, governed LLM agent runs.")
     parser.add_argument("--version", action="version", version=f"oarlock {__version__}")
     parser.add_argument(
@@ -34,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         "$OARLOCK_DB, else a file in the user's data directory)",
     )
     _telemetry_options(parser, argparse.SUPPRESS)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, action=OneCommand
+    )
+    assert isinstance(sub, OneCommand)
+    sub.only = only
     _add_run_commands(sub)
 
     p = sub.add_parser(
@@ -622,7 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` (default: this process's arguments) and return its exit
     status. A usage error raises ``SystemExit(2)``, as ``argparse`` does."""
     _safe_streams()
-    args = build_parser().parse_args(argv)
+    args = _parser_for(sys.argv[1:] if argv is None else argv).parse_args(argv)
     from oarlock.errors import OarlockError
 
     configured = None
@@ -649,6 +664,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(Exception):  # what cannot be exported is dropped
                 configured.shutdown()
     return code
+
+
+# the options before a command that take a value
+_VALUED = frozenset({"--db", "--log-format"})
+
+
+def _parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the command ``argv`` names, the others left unbuilt; the whole parser
+    when it names none that exists, or asks for help or the version before it."""
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in ("-h", "--help", "--version", "--"):
+            break
+        elif token.startswith("-"):
+            skip = token in _VALUED
+        else:
+            parser = build_parser(only=token)
+            action = next(a for a in parser._actions if isinstance(a, OneCommand))
+            if token in action.choices:
+                return parser
+            break
+    return build_parser()
 
 
 def _silence_stdout() -> None:

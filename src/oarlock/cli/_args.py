@@ -15,13 +15,14 @@ import errno
 import math
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from oarlock._render import line
 
 __all__ = [
     "MAX_EXPIRES_IN",
     "MAX_LIMIT",
+    "OneCommand",
     "Parser",
     "concurrency",
     "limit",
@@ -47,6 +48,30 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {line(message)}\n")
+
+
+class _Unbuilt:
+    """The parser of a command that this invocation does not run: every call made to
+    build it is taken and does nothing (see :class:`OneCommand`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self._ignored
+
+    def _ignored(self, *args: object, **kwargs: object) -> _Unbuilt:
+        return self
+
+
+class OneCommand(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands of which only ``only`` is built (all of them when ``only`` is None):
+    building the parsers of the forty commands an invocation does not run is most of the
+    command's start-up time."""
+
+    only: str | None = None
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if self.only is not None and name != self.only:
+            return _Unbuilt()
+        return super().add_parser(name, **kwargs)
 
 
 def _not_utf8(value: str) -> bool:
