@@ -7,9 +7,19 @@ answer is unknown, and the claim's lease decides instead."""
 from __future__ import annotations
 
 import os
-import socket
 
-__all__ = ["holder_dead", "owner_alive", "process_owner"]
+__all__ = ["holder_dead", "host_name", "owner_alive", "process_owner"]
+
+
+def host_name() -> str:
+    """This host's name, as ``socket.gethostname()`` gives it (from ``uname`` where there
+    is one, which spares a command that reads the import of ``socket``)."""
+    uname = getattr(os, "uname", None)
+    if uname is not None:
+        return str(uname().nodename)
+    import socket
+
+    return socket.gethostname()
 
 
 def _start_time(pid: int | str) -> str | None:
@@ -31,14 +41,14 @@ def process_owner() -> str:
     global _cache  # noqa: PLW0603
     pid = os.getpid()
     if _cache is None or _cache[0] != pid:
-        _cache = (pid, f"{socket.gethostname()}:{pid}:{_start_time(pid) or '0'}")
+        _cache = (pid, f"{host_name()}:{pid}:{_start_time(pid) or '0'}")
     return _cache[1]
 
 
 def owner_alive(owner: str) -> bool | None:
     """True or False for an owner on this host; None when it is on another host."""
     parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != host_name() or not parts[1].isdigit():
         return None
     started = _start_time(parts[1])
     return started is not None and started == parts[2]
@@ -49,6 +59,6 @@ def holder_dead(holder: str) -> bool:
     of this host that no longer runs. False when that cannot be told (another host, a pid
     that runs, whatever process it is now): its lease then runs to its deadline."""
     parts = holder.split(":")
-    if len(parts) < 3 or parts[1] != socket.gethostname() or not parts[2].isdigit():
+    if len(parts) < 3 or parts[1] != host_name() or not parts[2].isdigit():
         return False
     return int(parts[2]) != os.getpid() and _start_time(parts[2]) is None

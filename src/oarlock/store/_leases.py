@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -74,7 +73,9 @@ def run_busy(run_id: str, owner: str, until: float) -> RunBusy:
 
 def process_holder() -> str:
     """This process as a lease holder when it drives a run itself: ``proc:HOST:PID``."""
-    return f"proc:{socket.gethostname()}:{os.getpid()}"
+    from oarlock.governance._owner import host_name
+
+    return f"proc:{host_name()}:{os.getpid()}"
 
 
 def _seconds(text: object) -> float | None:
