@@ -3,7 +3,8 @@
 1. Per tool turn: the workload of ``bench_engine.py`` (an agent whose scripted model calls
    one trivial ``read`` tool on each of 10 turns, then answers), in memory, on SQLite and
    on PostgreSQL; with the commits each turn makes (counted by a store that wraps the real
-   one) and the floor they imply: the commit latency measured here, times the commits.
+   one) and the floor they imply: the commit latency measured here, times the commits;
+   on PostgreSQL, the statements a turn sends too (each a round trip of its own).
 2. Ledger write throughput: writers in 4 processes (4 concurrent tasks each) append
    records as fast as they can, all of one tenant (one chain: every append waits for the
    chain's head row) or of 4 tenants (4 chains). Two records: a standing approval
@@ -85,12 +86,16 @@ class Counting:
         return self._gov
 
     async def create(self, *a: Any, **k: Any) -> Any:
-        self.sync += 1
+        self._count(k.get("flush", True))
         return await self.inner.create(*a, **k)
 
     async def save(self, *a: Any, **k: Any) -> Any:
-        self.sync += 1
+        self._count(k.get("flush", True))
         return await self.inner.save(*a, **k)
+
+    def _count(self, flush: bool) -> None:
+        self.sync += flush
+        self.lazy += not flush
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -118,11 +123,31 @@ def pg_commit_ms(url: str, sync: bool, n: int = 300) -> float:
         for i in range(n):
             if sync:
                 conn.execute("INSERT INTO bench_commit VALUES (%s)", (i,))
-            else:
-                with conn.transaction():
-                    conn.execute("SET LOCAL synchronous_commit TO off")
-                    conn.execute("INSERT INTO bench_commit VALUES (%s)", (i,))
+            else:  # one statement, as the store commits one that need not wait for the disk
+                conn.execute(
+                    "WITH mode AS (SELECT set_config('synchronous_commit', 'off', true)) "
+                    "INSERT INTO bench_commit SELECT %s FROM mode",
+                    (i,),
+                )
         return (time.perf_counter() - t0) / n * 1000
+
+
+async def statements_per_run(store: PostgresStore) -> int:
+    """The statements one run sends (each a round trip: the store sends no pipelines on
+    this path)."""
+    sent = [0]
+    real = psycopg.AsyncCursor.execute
+
+    async def execute(self: Any, *a: Any, **k: Any) -> Any:
+        sent[0] += 1
+        return await real(self, *a, **k)
+
+    psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+    try:
+        await one_run(store, 10)
+    finally:
+        psycopg.AsyncCursor.execute = real  # type: ignore[method-assign]
+    return sent[0]
 
 
 async def per_turn(url: str, tmp: Path, rounds: int, runs: int) -> dict[str, Any]:
@@ -141,6 +166,8 @@ async def per_turn(url: str, tmp: Path, rounds: int, runs: int) -> dict[str, Any
         ]
         counting = Counting(store)
         await one_run(counting, 10)
+        if name == "postgres":
+            statements = round(await statements_per_run(store) / 11, 2)
         out[name] = {
             "median_ms": round(statistics.median(samples) * 1000, 3),
             "min_ms": round(min(samples) * 1000, 3),
@@ -148,6 +175,8 @@ async def per_turn(url: str, tmp: Path, rounds: int, runs: int) -> dict[str, Any
             "sync_commits_per_turn": round(counting.sync / 11, 2),
             "lazy_commits_per_turn": round(counting.lazy / 11, 2),
         }
+        if name == "postgres":
+            out[name]["statements_per_turn"] = statements
         await store.close()
     latencies = {
         "sqlite": (sqlite_commit_ms(tmp / "c.db", True), sqlite_commit_ms(tmp / "c.db", False)),
@@ -261,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         lat = f"{r.get('sync_commit_ms', 0):.3f}/{r.get('lazy_commit_ms', 0):.3f}"
         print(f"{store:10} {r['median_ms']:>10.3f} {r['min_ms']:>7.3f}..{r['max_ms']:<7.3f}"
               f" {commits:>24} {lat:>20} {r.get('floor_ms', 0):>9.3f}")  # fmt: skip
+    if "statements_per_turn" in turns["postgres"]:
+        print(f"postgres statements per turn: {turns['postgres']['statements_per_turn']}")
     print(f"\nledger appends per second ({PROCESSES} processes x {TASKS} tasks, 2 cores)")
     for key, value in ledger.items():
         print(f"  {key:28} {value:>8}")

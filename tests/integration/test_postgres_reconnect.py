@@ -148,8 +148,9 @@ async def test_a_save_lost_before_it_ran_is_run_again(
 
 
 def test_every_connection_ended_under_concurrent_transactions_none_fails(url: str) -> None:
-    """Twelve tasks save their own runs in transactions (no flush) and read them back
-    while a thread ends every connection of the database every 0.3 s: no call fails."""
+    """Twelve tasks save their own runs (every other save without a flush) and read them
+    back while a thread ends every connection of the database every 0.3 s, at least 40
+    times each and until three rounds of ending were made: no call fails."""
     stop = threading.Event()
     ended: list[int] = []
 
@@ -160,7 +161,9 @@ def test_every_connection_ended_under_concurrent_transactions_none_fails(url: st
     async def one(store: PostgresStore, run_id: str) -> int:
         document = doc(run_id)
         version = await store.create(document, [])
-        for n in range(40):
+        n = 0
+        while n < 40 or len(ended) < 3:
+            n += 1
             version = await store.save(
                 document, version, [Event("status_changed", f"{n}")], flush=n % 2 == 0)
             assert (await store.load(run_id)).version == version
@@ -179,9 +182,9 @@ def test_every_connection_ended_under_concurrent_transactions_none_fails(url: st
                 thread.join()
 
     versions = asyncio.run(go())
-    assert versions == [41] * 12
+    assert min(versions) >= 41
     assert len(ended) >= 3 and sum(ended) >= 3, ended
-    assert raw(url, "SELECT count(*) FROM events") == [(12 * 40,)]
+    assert raw(url, "SELECT count(*) FROM events") == [(sum(v - 1 for v in versions),)]
 
 
 async def test_tasks_that_first_use_a_store_at_once_share_one_pool(
@@ -210,11 +213,27 @@ async def test_tasks_that_first_use_a_store_at_once_share_one_pool(
     await broken.close()
 
 
+def _committed(query: Any, params: Any, cursor: Any) -> bool:
+    """Whether a statement committed a write the store used to make in BEGIN ... COMMIT:
+    a claim or a receipt in one statement (its outcome 'ok'), a creation, or a save
+    without a flush (given ``lazy``) that took (a row)."""
+    from oarlock.store._postgres_base import pg_queries
+
+    gov = pg_queries("postgres_governance.sql")
+    runs = pg_queries("postgres_queries.sql")
+    if query in (gov["begin_fast"], gov["finish_fast"]):
+        return bool(cursor.pgresult.get_value(0, 0) == b"ok")
+    if not (isinstance(params, dict) and params.get("lazy") is True):
+        return False
+    return query == runs["create_run"] or (query == runs["save_run"] and cursor.rowcount > 0)
+
+
 class EndedAfterCommit:
-    """The server ends the connection as a COMMIT goes through: the COMMIT is run, then
-    ``AdminShutdown`` (57P01) comes in its reply's place, as when ``pg_terminate_backend``
-    lands between the commit and its reply. Every ``every``-th COMMIT does so, from the
-    ``first``-th on."""
+    """The server ends the connection as a commit goes through: the ``COMMIT`` (or a
+    statement that commits a transaction of its own: a claim's, a receipt's, a save's or
+    a creation's without a flush) is run, then ``AdminShutdown`` (57P01) comes in its
+    reply's place, as when ``pg_terminate_backend`` lands between the commit and its
+    reply. Every ``every``-th such commit does so, from the ``first``-th on."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, every: int, first: int = 0) -> None:
         self.commits = -first if first else 0
@@ -224,7 +243,8 @@ class EndedAfterCommit:
 
         async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
             result = await real(self, query, *args, **kwargs)
-            if query == "COMMIT":
+            params = args[0] if args else kwargs.get("params")
+            if query == "COMMIT" or _committed(query, params, result):
                 spy.commits += 1
                 if spy.commits >= 0 and spy.commits % every == 0:
                     spy.ended += 1

@@ -10,7 +10,7 @@ Every change is committed before the method returns. ``create`` and ``save`` are
 statement each (the run's row, its events, when it is ready to be claimed, the deadline
 of its approvals and the wake-up of the workers together), committed with
 ``synchronous_commit`` as the server sets it (``on`` by default: flushed to disk, and to a
-synchronous standby if there is one). ``save`` is a
+synchronous standby if there is one), or off when not ``flush``. ``save`` is a
 compare-and-swap on the run's version; given a lease, it is fenced too: the run's lease
 epoch and owner must be the lease's, in the same statement, else :class:`LeaseLost`.
 
@@ -18,13 +18,18 @@ Durability, as the SQLite store has it: what this store commits with
 ``synchronous_commit`` on: runs and events, claims of runs (``claim``, ``claim_run``: an
 epoch handed out must never be handed out again after a crash), the idempotency claim of a
 side-effecting call (durable before the effect starts), reconciliations and checkpoints.
-What it commits with ``SET LOCAL synchronous_commit = off`` (atomic, and durable with the
-next synchronous commit, since the WAL is flushed in order; the SQLite store commits the
-same records without a flush): a ``read`` or ``sandbox`` claim, the take-over of a stale
-claim, a receipt, a refused call and an approval. The runner makes a synchronous commit
-(the run document that records the decision or hands the result to the model) before
-anything is acknowledged, so a crash of the server loses them only together with the
-run's step. A killed client loses nothing that was committed.
+What it commits with ``synchronous_commit`` off (atomic, and durable with the next
+synchronous commit, since the WAL is flushed in order; the SQLite store commits the same
+records without a flush): a ``read`` or ``sandbox`` claim, the take-over of a stale
+claim, a receipt, a refused call, an approval, and a creation or save without ``flush``.
+A transaction of several statements sets it with ``SET LOCAL``; a write that is one
+statement (a save, a creation, the usual claim and receipt: see
+:mod:`oarlock.store._postgres_governance`) with ``set_config('synchronous_commit', 'off',
+true)`` before it writes anything, which lasts until its own transaction commits (the
+setting in effect at the commit decides, as the PostgreSQL documentation states). The
+runner makes a synchronous commit (the run document that records the decision or hands
+the result to the model) before anything is acknowledged, so a crash of the server loses
+them only together with the run's step. A killed client loses nothing that was committed.
 
 Multi-tenant: runs carry a tenant (``create(..., tenant=)``) and a queue; every table is
 keyed or indexed by tenant where its records carry one, and the ledger has one hash
@@ -221,6 +226,7 @@ class PostgresStore(PostgresQueue):
             "agent_ref": agent_ref,
             "tenant": tenant,
             "queue": queue,
+            "lazy": not flush,
         }
 
         async def write(conn: AsyncConnection[Any]) -> int:
@@ -237,11 +243,17 @@ class PostgresStore(PostgresQueue):
                 raise ConflictError(f"run {run_id} already exists") from None
             return 1
 
-        # one statement commits itself; one that need not wait for the disk commits in a
-        # transaction with synchronous_commit off
-        return await self.run(
-            f"creating run {run_id}", write, transaction=not flush, sync=flush
-        )
+        # one statement, which commits itself (with synchronous_commit off unless flush)
+        doing = f"creating run {run_id}"
+        try:
+            return await self.run(doing, write, transaction=False)
+        except StoreError as exc:
+            if exc.code != "commit_unknown":
+                raise
+        # the connection was lost while the creation committed: read the run back
+        if await self._saved(run_id, 1, params["document"]):
+            return 1
+        return await self.run(doing, write, transaction=False)
 
     async def load(self, run_id: str) -> StoredRun:
         from oarlock.store._base import StoredRun
@@ -273,6 +285,7 @@ class PostgresStore(PostgresQueue):
             "expected_version": expected_version,
             "epoch": None if lease is None else lease.epoch,
             "owner": None if lease is None else lease.owner,
+            "lazy": not flush,
         }
 
         async def write(conn: AsyncConnection[Any]) -> int:
@@ -282,8 +295,8 @@ class PostgresStore(PostgresQueue):
             return expected_version + 1
 
         doing = f"saving run {run_id}"
-        try:
-            return await self.run(doing, write, transaction=not flush, sync=flush)
+        try:  # one statement, which commits itself (synchronous_commit off unless flush)
+            return await self.run(doing, write, transaction=False)
         except StoreError as exc:
             if exc.code != "commit_unknown":
                 raise
@@ -291,7 +304,7 @@ class PostgresStore(PostgresQueue):
         if await self._saved(run_id, expected_version + 1, params["document"]):
             return expected_version + 1
         # not stored: run it again (the version and the fence are checked again)
-        return await self.run(doing, write, transaction=not flush, sync=flush)
+        return await self.run(doing, write, transaction=False)
 
     async def _saved(self, run_id: str, version: int, document: bytes) -> bool:
         """Whether the run is stored at ``version`` with exactly ``document``: a save

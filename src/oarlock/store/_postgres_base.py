@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "POSTGRES_SCHEMES",
+    "SLOW",
+    "Slow",
     "PgBase",
     "display_url",
     "is_postgres_url",
@@ -67,6 +69,16 @@ _SQL = Path(__file__).with_name("sql")
 _ENDED = frozenset({"57P01", "57P02", "57P03"})
 _RETRIES = 5
 _AGAIN: ContextVar[bool] = ContextVar("oarlock_pg_again", default=False)
+
+
+class Slow:
+    """What a fast write returns when it wrote nothing and the work must run (:data:`SLOW`)."""
+
+    def __repr__(self) -> str:
+        return "SLOW"
+
+
+SLOW = Slow()
 
 
 def run_again() -> bool:
@@ -314,11 +326,17 @@ class PgBase:
         transaction: bool = True,
         sync: bool = True,
         idempotent: bool = False,
+        fast: Callable[[AsyncConnection[Any]], Awaitable[T | Slow]] | None = None,
     ) -> T:
         """``work`` on a pooled connection: inside ``BEGIN`` ... ``COMMIT`` when
         ``transaction`` (with ``synchronous_commit = off`` unless ``sync``), else as
         autocommit statements (one write at most, or ``idempotent``: reads, or a write
         that, run again after it committed, changes nothing more).
+
+        Given ``fast``, that runs first on the connection: one autocommit statement that
+        does the usual case of the work in one round trip (committed as it ends, which
+        makes it the moment of the commit), or writes nothing and returns :data:`SLOW`,
+        and then ``work`` runs as above, in the same attempt.
 
         A failure of the connection before anything could have been committed (or of
         idempotent work, whenever) is retried on a new connection; OarlockErrors that
@@ -331,7 +349,13 @@ class PgBase:
         again = _AGAIN.set(False)
         try:
             return await self._attempts(
-                pool, doing, work, transaction=transaction, sync=sync, idempotent=idempotent
+                pool,
+                doing,
+                work,
+                transaction=transaction,
+                sync=sync,
+                idempotent=idempotent,
+                fast=fast,
             )
         finally:
             _AGAIN.reset(again)
@@ -345,6 +369,7 @@ class PgBase:
         transaction: bool,
         sync: bool,
         idempotent: bool,
+        fast: Callable[[AsyncConnection[Any]], Awaitable[T | Slow]] | None,
     ) -> T:
         import psycopg
         from psycopg_pool import PoolTimeout
@@ -353,6 +378,12 @@ class PgBase:
             committing = not transaction and not idempotent  # one statement is its commit
             try:
                 async with pool.connection() as conn:
+                    if fast is not None:
+                        committing = True
+                        done = await fast(conn)
+                        if not isinstance(done, Slow):
+                            return done
+                        committing = not transaction and not idempotent  # nothing written
                     if not transaction:
                         return await work(conn)
                     await conn.execute(

@@ -19,6 +19,20 @@ NOTHING``, then a look at who holds the key), never select-then-insert. A write 
 its epoch and owner are the fence's, :class:`~oarlock.errors.LeaseLost` and nothing is
 written; the share lock holds a later claim of the run back until this commits.
 
+**One statement per call, usually.** ``begin`` and ``finish``, the two writes of every
+governed call, first try the functions ``oarlock_begin`` and ``oarlock_finish`` (migration
+0003): one statement, one round trip, its own transaction, which does the same steps in the
+same order (the fence, the claim, the head, the entries with their hashes computed by
+``oarlock_entry_hash``, byte for byte :func:`entry_hash_canonical`, the index rows, the
+head moved). They do the usual case only: a fence that does not hold, a claim held, an
+approval used, an invocation without one or with a receipt already, a unique key taken, an
+entry whose time needs escaping in JSON make them write nothing (they return ``'slow'`` or
+roll back with SQLSTATE ``OA001``), and the method's transaction of several statements
+runs, on the same connection, and says why it refuses (or, run again after the server
+ended the connection as the statement committed, finds its own record and lets it stand).
+The statement commits as it ends: a lost connection while it runs leaves the outcome
+unknown (``commit_unknown``), as a lost ``COMMIT`` does.
+
 Durability as :mod:`oarlock.store._postgres` states it: the claim of a side-effecting
 call, reconciliations and checkpoints are synchronous commits; the rest commit with
 ``synchronous_commit = off``.
@@ -51,7 +65,7 @@ from oarlock.governance._records import (
     check_supersedes,
 )
 from oarlock.governance._store import ClaimHeld, artifact_ref
-from oarlock.store._postgres_base import pg_queries, run_again
+from oarlock.store._postgres_base import SLOW, Slow, pg_queries, run_again
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -129,6 +143,29 @@ async def _rows(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -
 async def _count(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> int:
     cur = await conn.execute(_q(name), params)
     return cur.rowcount
+
+
+def _fence_params(fence: Lease | None) -> dict[str, Any]:
+    if fence is None:
+        return {"fence_run": None, "fence_epoch": None, "fence_owner": None}
+    return {"fence_run": fence.run_id, "fence_epoch": fence.epoch, "fence_owner": fence.owner}
+
+
+async def _fast(conn: AsyncConnection[Any], name: str, params: dict[str, Any]) -> bool:
+    """Run the one-statement form of a write (``begin_fast``, ``finish_fast``): whether it
+    wrote it; if not, it wrote nothing (it returned 'slow', or raised OA001 or a unique
+    violation, and its statement rolled back)."""
+    import psycopg
+
+    try:
+        row = await (await conn.execute(_q(name), params)).fetchone()
+    except psycopg.errors.UniqueViolation:
+        return False
+    except psycopg.DatabaseError as exc:
+        if exc.sqlstate != "OA001":
+            raise
+        return False
+    return row is not None and row[0] == "ok"
 
 
 async def _check_fence(conn: AsyncConnection[Any], fence: Lease | None) -> None:
@@ -270,6 +307,27 @@ class PostgresGovernanceStore:
             )
         appender.add("invocation", at, invocation, "insert_invocation", _invocation_row(invocation))
 
+        # a side-effecting call's claim is durable before its effect can start
+        sync = invocation.get("sideEffectClass") not in _SAFE
+        bodies = [jcs.decode("utf-8") for _, _, jcs, _, _ in appender.entries]
+        params = {
+            **_claim_params(claim),
+            **_fence_params(fence),
+            "lazy": not sync,
+            "approval_id": approval_id,
+            "chain": appender.chain,
+            "at": at,
+            "invocation_body": bodies[-1],
+            "invocation_run": invocation["runId"],
+            "grant_body": None if grant is None else bodies[0],
+            "grant_id": None if grant is None else grant.approval_id,
+            "grant_run": None if grant is None else grant.run_id,
+            "grant_call": None if grant is None else grant.tool_call_id,
+        }
+
+        async def fast(conn: AsyncConnection[Any]) -> ClaimHeld | Slow | None:
+            return None if await _fast(conn, "begin_fast", params) else SLOW
+
         async def work(conn: AsyncConnection[Any]) -> ClaimHeld | None:
             await _check_fence(conn, fence)
             if await _count(conn, "insert_claim", _claim_params(claim)) != 1:
@@ -289,9 +347,7 @@ class PostgresGovernanceStore:
                 await appender.write(conn)
             return None
 
-        # a side-effecting call's claim is durable before its effect can start
-        sync = invocation.get("sideEffectClass") not in _SAFE
-        return await self._runs.run("claiming an idempotency key", work, sync=sync)
+        return await self._runs.run("claiming an idempotency key", work, sync=sync, fast=fast)
 
     async def take_over(
         self,
@@ -330,11 +386,25 @@ class PostgresGovernanceStore:
         at: str,
         fence: Lease | None = None,
     ) -> None:
+        params = {
+            **_fence_params(fence),
+            "lazy": True,
+            "invocation_id": receipt["invocationId"],
+            "status": receipt["status"],
+            "at": at,
+            "receipt_body": canonicalize(receipt).decode("utf-8"),
+            "ref": None if result is None else artifact_ref(result),
+            "data": result,
+        }
+
+        async def fast(conn: AsyncConnection[Any]) -> Slow | None:
+            return None if await _fast(conn, "finish_fast", params) else SLOW
+
         async def work(conn: AsyncConnection[Any]) -> None:
             await _check_fence(conn, fence)
             await self._insert_receipt(conn, receipt, result, at, None)
 
-        await self._runs.run("writing a receipt", work, sync=False)
+        await self._runs.run("writing a receipt", work, sync=False, fast=fast)
 
     async def _insert_receipt(
         self,

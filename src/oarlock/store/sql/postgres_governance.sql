@@ -151,3 +151,28 @@ INSERT INTO checkpoints (chain, seq, body) VALUES (%(chain)s, %(seq)s, %(body)s)
 
 -- name: checkpoints
 SELECT body FROM checkpoints ORDER BY chain, seq, num;
+
+-- name: begin_fast
+-- begin in one statement (the function of migration 0003): 'ok', or 'slow' having written
+-- nothing (SQLSTATE OA001 or a unique violation: rolled back), when the store does it as
+-- a transaction of the statements above.
+SELECT oarlock_begin(
+    %(lazy)s::boolean, %(fence_run)s::text, %(fence_epoch)s::bigint, %(fence_owner)s::text,
+    %(tenant_id)s::text, %(tool_id)s::text, %(idempotency_key)s::text,
+    %(invocation_id)s::text, %(arguments_hash)s::text, %(owner)s::text,
+    %(claimed_at)s::text, %(lease_until)s::double precision, %(run_id)s::text,
+    %(epoch)s::bigint, %(approval_id)s::text, %(chain)s::text, %(at)s::text,
+    %(invocation_body)s::text, %(invocation_run)s::text, %(grant_body)s::text,
+    %(grant_id)s::text, %(grant_run)s::text, %(grant_call)s::text) AS outcome;
+
+-- name: finish_fast
+-- finish in one statement, as begin_fast.
+SELECT oarlock_finish(
+    %(lazy)s::boolean, %(fence_run)s::text, %(fence_epoch)s::bigint, %(fence_owner)s::text,
+    %(invocation_id)s::text, %(status)s::text, %(at)s::text, %(receipt_body)s::text,
+    %(ref)s::text, %(data)s::bytea) AS outcome;
+
+-- name: entry_hash
+-- The entry hash as the database computes it (NULL when it is written in Python).
+SELECT oarlock_entry_hash(%(seq)s::bigint, %(kind)s::text, %(at)s::text, %(body)s::text,
+                          %(prev)s::text) AS entry_hash;

@@ -25,16 +25,22 @@ SELECT pg_advisory_xact_lock(7951821729681263467);
 
 -- name: create_run
 -- A run that is created running is runnable from now (ready_at, see the migration 0002)
--- and wakes the workers when this commits.
-WITH created AS (
+-- and wakes the workers when this commits. With %(lazy)s, its commit does not wait for
+-- the disk (synchronous_commit off until this statement's transaction ends; mode is the
+-- source of the insert, so it is set before anything is written).
+WITH mode AS (
+    SELECT CASE WHEN %(lazy)s::boolean THEN set_config('synchronous_commit', 'off', true)
+           END AS lazy
+), created AS (
     INSERT INTO runs (id, tenant, queue, agent, status, turns, tags, created_at, updated_at,
                       version, agent_ref, document, events, ready_at, approval_due)
-    VALUES (%(id)s, %(tenant)s, %(queue)s, %(agent)s, %(status)s, %(turns)s,
-            %(tags)s::jsonb, %(created_at)s, %(updated_at)s, 1, %(agent_ref)s, %(document)s,
-            cardinality(%(kinds)s::text[]),
-            CASE WHEN %(status)s = 'running' THEN extract(epoch FROM statement_timestamp())
-            END,
-            %(approval_due)s::double precision)
+    SELECT %(id)s, %(tenant)s, %(queue)s, %(agent)s, %(status)s, %(turns)s,
+           %(tags)s::jsonb, %(created_at)s, %(updated_at)s, 1, %(agent_ref)s, %(document)s,
+           cardinality(%(kinds)s::text[]),
+           CASE WHEN %(status)s = 'running' THEN extract(epoch FROM statement_timestamp())
+           END,
+           %(approval_due)s::double precision
+    FROM mode
     RETURNING id, tenant, status
 ), added AS (
     INSERT INTO events (run_id, seq, kind, at, data)
@@ -51,9 +57,14 @@ SELECT pg_notify('oarlock_work', c.tenant) FROM created AS c WHERE c.status = 'r
 -- (a decision, a cancellation) makes a running run that no live lease holds runnable from
 -- now, and wakes the workers when this commits if its status became running; a running
 -- run a lease holds stays ready at the lease's deadline. One row when saved; none when
--- refused (see run_state).
+-- refused (see run_state). With %(lazy)s, its commit does not wait for the disk
+-- (synchronous_commit off until this statement's transaction ends: current sets it as it
+-- locks the row, before anything is written).
 WITH current AS (
-    SELECT r.id, r.status AS was, r.tenant FROM runs AS r WHERE r.id = %(id)s FOR UPDATE
+    SELECT r.id, r.status AS was, r.tenant,
+           CASE WHEN %(lazy)s::boolean THEN set_config('synchronous_commit', 'off', true)
+           END AS lazy
+    FROM runs AS r WHERE r.id = %(id)s FOR UPDATE
 ), saved AS (
     UPDATE runs AS r
     SET agent = %(agent)s, status = %(status)s, turns = %(turns)s, tags = %(tags)s::jsonb,
@@ -70,7 +81,7 @@ WITH current AS (
     WHERE r.id = c.id AND r.version = %(expected_version)s
       AND (%(epoch)s::bigint IS NULL
            OR (r.lease_epoch = %(epoch)s::bigint AND r.lease_owner = %(owner)s::text))
-    RETURNING r.id, r.tenant, r.events - cardinality(%(kinds)s::text[]) AS base,
+    RETURNING r.id, r.tenant, r.events - cardinality(%(kinds)s::text[]) AS base, c.lazy,
               c.was <> 'running' AND r.status = 'running'
                   AND (r.lease_owner IS NULL
                        OR r.lease_until < extract(epoch FROM statement_timestamp()))

@@ -1,0 +1,259 @@
+"""What one durable run costs on PostgreSQL, pinned: a 10-turn run of one read tool sends
+54 statements, each its own round trip and, where it writes, its own transaction (the
+run's creation, 21 saves, 10 claims and 10 receipts, the lease taken and given back, and
+the executor's 10 looks at a claim before it begins); and its commits wait for the disk
+as the store's documentation says: the 11 saves of a model response and the lease's two
+writes with ``synchronous_commit`` on, the creation, the saves of the 10 steps' results,
+the 10 read claims and the 10 receipts with it off (31), as before these writes were one
+statement each.
+
+The one-statement claim and receipt (migration 0003) leave to the transaction of several
+statements what they do not do: an entry time that needs escaping in JSON (its hash
+written in Python), a claim held, a receipt there already; the ledger verifies either
+way. A version-2 database is migrated and its chain continued by them."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgtest
+from oarlock.errors import ConflictError
+from oarlock.formats._jcs import digest
+from oarlock.governance._ledger import entry_hash, verify_chains
+from oarlock.governance._records import Claim
+from oarlock.store._postgres import PostgresStore
+
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+@pytest.fixture
+def url() -> str:
+    return pgtest.new_database()
+
+
+@pytest.fixture
+def empty() -> str:
+    return pgtest.empty_database()
+
+
+def raw(url: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+@contextlib.contextmanager
+def counted() -> Iterator[collections.Counter[str]]:
+    """Count the statements psycopg sends from now on (by their name in the store's SQL
+    files, else their text), and the round trips (a statement outside a pipeline, or a
+    pipeline) under ``"round trips"``."""
+    from oarlock.store._postgres_base import pg_queries
+
+    names = {
+        text: name
+        for filename in ("postgres_queries.sql", "postgres_governance.sql")
+        for name, text in pg_queries(filename).items()
+    }
+    counts: collections.Counter[str] = collections.Counter()
+    real_execute = psycopg.AsyncCursor.execute
+    real_pipeline = psycopg.AsyncConnection.pipeline
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        counts[names.get(query, str(query))] += 1
+        counts["statements"] += 1
+        if self.connection._pipeline is None:
+            counts["round trips"] += 1
+        return await real_execute(self, query, *args, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def pipeline(self: Any) -> Any:
+        outer = self._pipeline is None
+        async with real_pipeline(self) as p:
+            yield p
+        if outer:
+            counts["round trips"] += 1
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(psycopg.AsyncCursor, "execute", execute)
+    mp.setattr(psycopg.AsyncConnection, "pipeline", pipeline)
+    try:
+        yield counts
+    finally:
+        mp.undo()
+
+
+def log_commits(url: str) -> None:
+    """Record, in commit_log, the transaction and its synchronous_commit setting as it
+    commits (a deferred trigger fires just before the commit) of every write to the
+    tables a run and its calls write."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE commit_log (xid bigint, mode text)")
+        conn.execute(
+            "CREATE FUNCTION log_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "INSERT INTO commit_log VALUES (txid_current(), "
+            "current_setting('synchronous_commit')); RETURN NULL; END $$"
+        )
+        for table in ("runs", "events", "claims", "invocations", "receipts", "ledger"):
+            conn.execute(
+                f"CREATE CONSTRAINT TRIGGER log_{table} AFTER INSERT OR UPDATE ON {table} "
+                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION log_commit()"
+            )
+
+
+async def test_a_ten_turn_run_sends_one_statement_per_write_and_keeps_its_commit_modes(
+    url: str,
+) -> None:
+    from helpers import echo_agent
+    from oarlock.engine import Runner
+
+    async with PostgresStore(url) as store:
+        await Runner(echo_agent("warm", 1), store).start("go")  # the pool, the plans
+        log_commits(url)
+        with counted() as counts:
+            doc = await Runner(echo_agent("counts", 10), store).start("go")
+        assert doc.status == "completed" and doc.turns == 11
+    assert counts["statements"] == 54, counts
+    assert counts["round trips"] == 54, counts
+    assert {name: counts[name] for name in ("create_run", "save_run", "claim_of",
+            "begin_fast", "finish_fast", "claim_run", "release")} == {
+        "create_run": 1, "save_run": 21, "claim_of": 10, "begin_fast": 10,
+        "finish_fast": 10, "claim_run": 1, "release": 1}  # fmt: skip
+    modes = raw(url, "SELECT mode, count(DISTINCT xid) FROM commit_log GROUP BY mode")
+    assert dict(modes) == {"on": 13, "off": 31}
+
+
+def invocation(key: str, tenant: str = "acme") -> dict[str, Any]:
+    import uuid
+
+    arguments = {"order_id": key}
+    return {
+        "invocationId": str(uuid.uuid4()),
+        "toolId": "charge",
+        "schemaVersion": "1",
+        "scope": {"tenantId": tenant},
+        "runId": str(uuid.uuid4()),
+        "stepId": str(uuid.uuid4()),
+        "attemptId": str(uuid.uuid4()),
+        "sideEffectClass": "read",
+        "idempotencyKey": key,
+        "arguments": arguments,
+        "argumentsHash": digest(arguments),
+        "policyDecision": {"decisionId": "d", "effect": "allow", "policyId": "p",
+                           "evaluatedAt": NOW},
+    }  # fmt: skip
+
+
+def claim_for(inv: dict[str, Any]) -> Claim:
+    return Claim(
+        tenant_id="acme",
+        tool_id=inv["toolId"],
+        idempotency_key=inv["idempotencyKey"],
+        invocation_id=inv["invocationId"],
+        arguments_hash=inv["argumentsHash"],
+        owner="h:1:1",
+        claimed_at=NOW,
+        lease_until=0.0,
+    )
+
+
+def receipt_for(inv: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"invocationId": inv["invocationId"], "status": "Succeeded",
+                            "startedAt": NOW}  # fmt: skip
+    body["receiptHash"] = digest(body)
+    return body
+
+
+@pytest.fixture
+def paths(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Which one-statement writes wrote (True) or left it to the transaction (False)."""
+    from oarlock.store import _postgres_governance as gov
+
+    taken: list[tuple[str, bool]] = []
+    real = gov._fast
+
+    async def fast(conn: Any, name: str, params: dict[str, Any]) -> bool:
+        wrote = await real(conn, name, params)
+        taken.append((name, wrote))
+        return wrote
+
+    monkeypatch.setattr(gov, "_fast", fast)
+    return taken
+
+
+async def test_what_one_statement_does_not_do_the_transaction_does(
+    url: str, paths: list[tuple[str, bool]]
+) -> None:
+    odd = 'at "quoted" \\ and é'  # not its own JSON string: hashed in Python
+    async with PostgresStore(url) as store:
+        gov = store.governance()
+        first, second, third = invocation("k1"), invocation("k2"), invocation("k1")
+        assert await gov.begin(first, claim_for(first), approval_id=None, grant=None,
+                               at=NOW) is None  # fmt: skip
+        await gov.finish(receipt_for(first), result=b"out", at=odd)
+        assert await gov.begin(second, claim_for(second), approval_id=None, grant=None,
+                               at=odd) is None  # fmt: skip
+        await gov.finish(receipt_for(second), result=None, at=NOW)
+        held = await gov.begin(third, claim_for(third), approval_id=None, grant=None, at=NOW)
+        assert held is not None and held.claim.invocation_id == first["invocationId"]
+        with pytest.raises(ConflictError) as info:
+            await gov.finish(receipt_for(first), result=None, at=NOW)
+        assert info.value.code == "receipt_exists"
+        entries = await gov.ledger("acme")
+        assert verify_chains({"acme": entries})["acme"].ok
+        assert [(e.kind, e.at) for e in entries] == [
+            ("invocation", NOW),
+            ("receipt", odd),
+            ("invocation", odd),
+            ("receipt", NOW),
+        ]
+        assert await gov.artifact(digest_ref(b"out")) == b"out"
+    assert paths == [
+        ("begin_fast", True),
+        ("finish_fast", False),
+        ("begin_fast", False),
+        ("finish_fast", True),
+        ("begin_fast", False),
+        ("finish_fast", False),
+    ]
+    assert raw(url, "SELECT count(*) FROM claims") == [(2,)]
+
+
+def digest_ref(data: bytes) -> str:
+    from oarlock.governance._store import artifact_ref
+
+    return artifact_ref(data)
+
+
+async def test_a_version_2_database_is_migrated_and_its_chain_goes_on(empty: str) -> None:
+    from oarlock.store._postgres_base import _migrations, pg_queries, pg_schema_version
+
+    url = empty
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(pg_queries("postgres_queries.sql")["schema_table"])
+        for version, script in _migrations()[:2]:
+            conn.execute(script.encode("utf-8"))
+            conn.execute("INSERT INTO oarlock_schema (version) VALUES (%s)", (version,))
+        # one entry, as version 2's store wrote it
+        body = '{"note":"before"}'
+        first = entry_hash(1, "invocation", NOW, {"note": "before"}, "sha256:" + "0" * 64)
+        conn.execute(
+            "INSERT INTO ledger VALUES ('acme', 1, 'invocation', %s, %s, %s, %s)",
+            (NOW, body, "sha256:" + "0" * 64, first),
+        )
+        conn.execute("INSERT INTO ledger_heads VALUES ('acme', 1, %s)", (first,))
+    async with PostgresStore(url) as store:
+        gov = store.governance()
+        inv = invocation("k1")
+        assert await gov.begin(inv, claim_for(inv), approval_id=None, grant=None, at=NOW) is None
+        await gov.finish(receipt_for(inv), result=None, at=NOW)
+        entries = await gov.ledger("acme")
+    assert [e.seq for e in entries] == [1, 2, 3] and entries[1].prev_hash == first
+    assert verify_chains({"acme": entries})["acme"].ok
+    versions = raw(url, "SELECT version FROM oarlock_schema ORDER BY version")
+    assert [v for (v,) in versions] == list(range(1, pg_schema_version() + 1))
