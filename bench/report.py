@@ -408,9 +408,11 @@ def _pg_floor_lines(res: dict[str, Any]) -> list[str]:
     if f is None or base is None:
         return []
     line = (
-        f"On PostgreSQL (the same server for both), one synchronous commit of a 2 KB row took "
-        f"{f['flush']:.3f} ms and one with `synchronous_commit = off` {f['commit']:.3f} ms: "
-        f"the same {f['flushes']} + {f['commits']} commits are a floor of {f['per_turn']:.3f} "
+        "On PostgreSQL (the same server for both), one synchronous commit of a 2 KB row "
+        f"(one statement in autocommit: a single round trip) took {f['flush']:.3f} ms and one "
+        f"with `synchronous_commit = off` {f['commit']:.3f} ms: the same {f['flushes']} + "
+        f"{f['commits']} commits (PostgreSQL makes two more of the first kind: the drive's lease "
+        f"taken and given back) are a floor of {f['per_turn']:.3f} "
         f"ms per model turn; oarlock's took {base:.3f} ms, {base / f['per_turn']:.1f}× the "
         "floor"
     )

@@ -442,7 +442,7 @@ async def test_an_in_progress_duplicate_waits_then_is_refused(env) -> None:
     first["policyDecision"] = invocation_ex._decision(
         invocation_ex._evaluate(tools["lookup"], args, CTX), "2026-01-01T00:00:00Z"
     )
-    from oarlock.governance._executor import _Call
+    from oarlock.governance._calls import _Call
 
     c = _Call(tools["lookup"], call("lookup", args), CTX, args, first, "2026-01-01T00:00:00Z", size)
     assert (

@@ -20,6 +20,10 @@ For every call it builds a tool-invocation-v1 record and, in this order:
    cancellation, a failed receipt write) is Uncertain and never run again automatically;
 6. hands the model the sanitized, fenced result, or an error result saying what happened.
 
+A ``read`` call that the policy allows, and that is no replay, skips the look of step 1:
+the claim of step 4, refused for a key that is held already, gives its holder, and the
+call goes on as step 1 says.
+
 Every record goes to the hash-chained ledger with the transaction that stores it. A call
 made under a worker's lease (``CallContext.fence``) passes it to every write, so that once
 the run's lease has passed to another, nothing more of the call is stored: the store raises
@@ -57,9 +61,21 @@ from oarlock.errors import (
 from oarlock.formats._jcs import canonicalize, digest, digest_bytes
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
-from oarlock.formats._time import is_before, now_rfc3339, shift_rfc3339
+from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._approvers import ApproverKey, TrustedApprovers, in_process_approvers
-from oarlock.governance._owner import owner_alive, process_owner
+from oarlock.governance._calls import (
+    _SAFE,
+    _Call,
+    _check_approval,
+    _context,
+    _failed,
+    _key,
+    _Outcome,
+    _plain,
+    _Refused,
+    _stale,
+)
+from oarlock.governance._owner import process_owner
 from oarlock.governance._policy import (
     DEFAULT_POLICY,
     PolicyEngine,
@@ -67,7 +83,7 @@ from oarlock.governance._policy import (
     PolicyVerdict,
 )
 from oarlock.governance._records import Approval, CallOutcome, Claim, new_uuid, run_uuid, step_uuid
-from oarlock.governance._sandboxed import SandboxPlan, SandboxRefused, plan_sandbox
+from oarlock.governance._sandboxed import SandboxRefused, plan_sandbox
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
 from oarlock.governance._told import (
@@ -78,8 +94,7 @@ from oarlock.governance._told import (
     uncertain_text,
 )
 from oarlock.governance._verdict import checked_verdict, is_text
-from oarlock.tools._context import RunContext
-from oarlock.tools._tool import Tool, ToolEffect, ToolOutput, result_text
+from oarlock.tools._tool import Tool, ToolOutput, result_text
 
 if TYPE_CHECKING:
     from oarlock.sandbox._runner import SandboxRunner
@@ -88,7 +103,6 @@ if TYPE_CHECKING:
 __all__ = ["NO_APPROVAL", "CallContext", "CallOutcome", "GovernedExecutor", "Review",
            "json_arguments"]  # fmt: skip
 
-_SAFE = frozenset({"read", "sandbox"})
 NO_APPROVAL = "00000000-0000-0000-0000-000000000000"
 """The approval id a refused ``shared-write``-or-above invocation carries: none was used."""
 
@@ -138,12 +152,6 @@ def json_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
         converted: dict[str, Any] = to_jsonable_python(arguments)
         return converted
     return arguments
-
-
-class _Refused(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 class GovernedExecutor:
@@ -263,6 +271,8 @@ class GovernedExecutor:
         except _Refused as refusal:
             c.invocation["idempotencyKey"] = f"unkeyed:{c.invocation['invocationId']}"
             return await self._deny(c, refusal)
+        if _plain(tool, verdict, ctx):  # the claim, or the one that holds the key, at once
+            return await self._begin(c, None, None)
         held = await self.store.claim_of(ctx.tenant, tool.name, c.invocation["idempotencyKey"])
         if held is not None:
             return await self._held(c, held)
@@ -291,6 +301,14 @@ class GovernedExecutor:
             except SandboxRefused as exc:
                 return await self._deny(c, _Refused(exc.code, exc.message))
             c.invocation["sandbox"] = c.sandbox.invocation_member()
+        return await self._begin(c, approval_id, grant)
+
+    async def _begin(
+        self, c: _Call, approval_id: str | None, grant: Approval | None
+    ) -> ToolResultPart:
+        """Claim the key and record the invocation, then run the call; or, when the key is
+        held, answer as its holder's duplicate."""
+        ctx = c.ctx
         try:
             held = await self.store.begin(
                 c.invocation,
@@ -710,100 +728,3 @@ class GovernedExecutor:
             tool_name=call.name,
             content=sanitize_result(text, max_chars=self.max_result_chars),
         )
-
-
-@dataclass(slots=True)
-class _Call:
-    """One call on its way through the executor."""
-
-    tool: Tool
-    call: ToolCallPart
-    ctx: CallContext
-    arguments: dict[str, Any]  # as the tool receives them
-    invocation: dict[str, Any]  # the tool-invocation-v1 record
-    now: str
-    bytes_in: int  # size of the canonical arguments
-    sandbox: SandboxPlan | None = None  # how a ``sandbox``-class call runs
-
-
-@dataclass(slots=True)
-class _Outcome:
-    started: str
-    t0: float
-    status: str = "Failed"
-    text: str | None = None
-    effect: ToolEffect | None = None
-    error: tuple[str, str] | None = None
-    sandbox: dict[str, Any] | None = None  # the receipt's usage.sandbox
-
-
-def _context(c: _Call) -> RunContext[Any] | None:
-    """The RunContext of a call whose tool asks for one."""
-    if c.tool.context_param is None:
-        return None
-    return RunContext(
-        deps=c.ctx.deps,
-        run_id=c.ctx.run_id,
-        call_id=c.call.id,
-        tool_name=c.tool.name,
-        scope=c.ctx.scope,
-        idempotency_key=c.invocation["idempotencyKey"],
-        turn=c.ctx.turn,
-    )
-
-
-def _key(c: _Call) -> str:
-    if c.tool.idempotency_key is None:
-        replaying = c.ctx.replay_of is not None and c.tool.side_effect not in _SAFE
-        run = c.ctx.replay_of if replaying else c.ctx.run_id
-        return f"run:{run}:call:{c.call.id}"
-    try:
-        key = c.tool.idempotency_key(c.arguments)
-    except Exception as exc:
-        raise _Refused(
-            "idempotency_key_failed",
-            f"the tool's idempotency key could not be made: {type(exc).__name__}: {exc}",
-        ) from None
-    if not isinstance(key, str) or not key:
-        raise _Refused("idempotency_key_failed", "the tool's idempotency key is empty")
-    return key
-
-
-def _check_approval(approval: Approval, used_by: str | None, c: _Call) -> None:
-    """Refuse an approval that does not cover exactly this call, now."""
-    tool, invocation, ctx, now = c.tool, c.invocation, c.ctx, c.now
-    if approval.run_id != ctx.run_id:
-        raise _Refused("approval_wrong_run", f"the approval is for run {approval.run_id}")
-    if approval.tool_id != tool.name:
-        raise _Refused("approval_wrong_tool", f"the approval is for tool {approval.tool_id!r}")
-    if approval.scope != dict(ctx.scope):
-        raise _Refused("approval_wrong_scope", "the approval was given in another scope")
-    if approval.arguments_hash != invocation["argumentsHash"]:
-        raise _Refused(
-            "approval_mismatch",
-            "the approval covers other arguments than these "
-            f"({approval.arguments_hash} approved, {invocation['argumentsHash']} asked)",
-        )
-    if approval.expires_at is not None and not is_before(now, approval.expires_at):
-        raise _Refused("approval_expired", f"the approval expired at {approval.expires_at}")
-    if used_by is not None:
-        raise _Refused("approval_used", f"the approval was used by invocation {used_by}")
-
-
-def _stale(held: ClaimHeld) -> bool:
-    """Whether a claim without a receipt will never get one from its holder: its run's
-    lease epoch has moved on since the claim was taken (whatever its process is doing),
-    its process is gone, or its lease passed while its process cannot be checked."""
-    claim = held.claim
-    if claim.epoch is not None and held.run_epoch is not None and held.run_epoch != claim.epoch:
-        return True
-    alive = owner_alive(claim.owner)
-    if alive is False:
-        return True
-    return alive is None and time.time() > claim.lease_until
-
-
-def _failed(verdict: PolicyVerdict) -> bool:
-    return verdict.rule_id is None and any(
-        r.startswith("policy evaluation failed") for r in verdict.reasons
-    )
