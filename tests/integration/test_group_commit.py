@@ -124,3 +124,34 @@ async def test_close_commits_what_waits_and_a_cancelled_caller_does_not_undo_it(
     with pytest.raises(asyncio.CancelledError):
         await pending
     assert versions(path) == {"a": 2}
+
+
+async def test_a_write_that_needs_no_flush_commits_at_once_when_none_could_share_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "g.db"
+    async with SQLiteStore(path) as store:
+        await store.create(make_doc("a"), [])
+        await store.create(make_doc("b"), [])
+        seen = commits(store)
+        loop = asyncio.get_running_loop()
+        turns: list[int] = []
+        loop.call_soon(turns.append, 1)  # ready: a callback that runs before the next turn
+        # ... so this save waits for that turn, and the next one may share its commit
+        assert await store.save(make_doc("a", turns=3), 1, [], flush=False) == 2
+        assert turns == [1] and len(seen) == 1
+        # nothing ready, nothing waiting: committed without giving the loop a turn
+        save = store.save(make_doc("b", turns=3), 1, [], flush=False)
+        with pytest.raises(StopIteration) as done:
+            save.send(None)
+        assert done.value.value == 2
+        assert len(seen) == 2 and versions(path) == {"a": 2, "b": 2}
+        # saves gathered in one turn still share one commit
+        await asyncio.gather(
+            store.save(make_doc("a", turns=4), 2, [], flush=False),
+            store.save(make_doc("b", turns=4), 2, [], flush=False),
+        )
+        assert len(seen) == 3
+        with pytest.raises(ConflictError):  # refused at once, as in a batch
+            await store.save(make_doc("a", turns=5), 2, [], flush=False)
+    assert versions(path) == {"a": 3, "b": 3}

@@ -1,9 +1,11 @@
 """Group commit: writes that reach an SQLite store in the same turn of the event loop share
 one transaction, and so one flush of the disk.
 
-A write that need not wait for the disk (a lease's claim, renewal or release) says so
-(``flush=False``); a batch of such writes alone commits without a flush, and one that
-holds any other write is flushed.
+A write that need not wait for the disk (a lease's claim, renewal or release, a step of
+``read`` results) says so (``flush=False``); a batch of such writes alone commits without a
+flush, and one that holds any other write is flushed. Such a write commits at once, without
+waiting for the next turn of the loop, when nothing could share its transaction: no write
+is waiting and no callback is ready to run before that turn (it has no flush to share).
 
 A flush (``synchronous=FULL``) costs about 0.25 ms to several ms on the virtual disks this
 runs on, and the store's methods run on the event loop; without grouping, a thousand runs
@@ -55,12 +57,22 @@ class GroupCommit:
         import asyncio
 
         loop = asyncio.get_running_loop()
+        if not flush and not self._queue and not getattr(loop, "_ready", True):
+            return self._alone(write)
         future: asyncio.Future[T] = loop.create_future()
         self._queue.append((write, future))
         self._flush = self._flush or flush
         if len(self._queue) == 1:
             loop.call_soon(self.flush)
         return await future
+
+    def _alone(self, write: Callable[[sqlite3.Connection], T]) -> T:
+        """Commit a write that need not wait for the disk at once, when no other write
+        could share its transaction: none is waiting, and no callback is ready to run
+        before the next turn of the loop would commit it (``_ready``, the queue of
+        asyncio's own loop; another loop's writes are always grouped)."""
+        [outcome] = self._commit([write], False)
+        return outcome  # type: ignore[no-any-return]
 
     def flush(self) -> None:
         """Commit what is waiting, now (the event loop calls this; so does ``close``)."""

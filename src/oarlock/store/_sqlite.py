@@ -524,16 +524,18 @@ class SQLiteStore(SQLiteQueue):
         columns, rows = _columns(document), _event_rows(document.id, events)
         params = {**columns, "expected_version": expected_version}
         if lease is None:  # a decision or another writer: runnable from now, if free
-            query = q["save_run"]
+            queries: tuple[str, ...] = (q["save_run"],)
+        elif document.status == "running":  # a turn: status and created_at as stored, or not
+            queries = (q["save_run_fenced_turn"], q["save_run_fenced"])
+            params |= {"epoch": lease.epoch, "owner": lease.owner}
         else:
-            running = document.status == "running"
-            query = q["save_run_fenced" if running else "save_run_fenced_at_rest"]
+            queries = (q["save_run_fenced_at_rest"],)
             params |= {"epoch": lease.epoch, "owner": lease.owner}
 
         def write(conn: sqlite3.Connection) -> int:
             if lease is None:
                 params["now"] = time.time()
-            if conn.execute(query, params).rowcount != 1:
+            if all(conn.execute(query, params).rowcount != 1 for query in queries):
                 self._refuse_save(conn, run_id, expected_version, lease)
             conn.executemany(q["append_event"], rows)
             return expected_version + 1
