@@ -124,3 +124,60 @@ async def test_close_commits_what_waits_and_a_cancelled_caller_does_not_undo_it(
     with pytest.raises(asyncio.CancelledError):
         await pending
     assert versions(path) == {"a": 2}
+
+
+
+async def test_a_write_commits_at_once_when_none_could_share_it(tmp_path: Path) -> None:
+    path = tmp_path / "g.db"
+    async with SQLiteStore(path) as store:
+        await store.create(make_doc("a"), [])
+        await store.create(make_doc("b"), [])
+        seen = commits(store)
+        loop = asyncio.get_running_loop()
+        turns: list[int] = []
+        loop.call_soon(turns.append, 1)  # ready: a callback that runs before the next turn
+        # ... so this save waits for that turn, and another save may share its commit
+        assert await store.save(make_doc("a", turns=3), 1, [], flush=False) == 2
+        assert turns == [1] and len(seen) == 1
+        # nothing ready, nothing waiting: committed without giving the loop a turn,
+        # flushed or not
+        for version, flush in ((1, False), (2, True)):
+            save = store.save(make_doc("b", turns=3 + version), version, [], flush=flush)
+            with pytest.raises(StopIteration) as done:
+                save.send(None)
+            assert done.value.value == version + 1
+        assert len(seen) == 3 and versions(path) == {"a": 2, "b": 3}
+        # saves gathered in one turn still share one commit
+        await asyncio.gather(
+            store.save(make_doc("a", turns=4), 2, []),
+            store.save(make_doc("b", turns=6), 3, [], flush=False),
+        )
+        assert len(seen) == 4
+        with pytest.raises(ConflictError):  # refused at once, as in a batch
+            await store.save(make_doc("a", turns=5), 2, [])
+        # a timer that is due: the save waits for the turn that runs it
+        loop.call_later(0, turns.append, 2)
+        assert await store.save(make_doc("a", turns=5), 3, []) == 4
+        assert turns == [1, 2]
+    assert versions(path) == {"a": 4, "b": 4}
+
+
+async def test_writes_at_once_give_the_loop_a_turn_every_so_often(tmp_path: Path) -> None:
+    from oarlock.store._group_commit import _AT_ONCE
+
+    async with SQLiteStore(tmp_path / "g.db") as store:
+        await store.create(make_doc("a"), [])
+        seen = commits(store)
+        waited = []
+        for version in range(1, 2 * _AT_ONCE + 3):
+            save = store.save(make_doc("a", turns=version), version, [], flush=False)
+            try:
+                save.send(None)
+            except StopIteration:
+                continue
+            waited.append(version)  # it waits for a turn of the loop: let it have one
+            await asyncio.sleep(0)
+            with pytest.raises(StopIteration):
+                save.send(None)
+        assert len(seen) == 2 * _AT_ONCE + 2
+        assert len(waited) == 2

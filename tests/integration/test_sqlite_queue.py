@@ -120,3 +120,33 @@ def test_lease_writes_commit_without_a_flush(tmp_path: Path) -> None:
             return counts
 
     assert asyncio.run(go()) == {"FULL": 1, "NORMAL": 4}
+
+
+def test_a_holders_save_that_changes_the_status_or_creation_time_keeps_the_listing(
+    tmp_path: Path,
+) -> None:
+    """A turn's save assigns neither status nor created_at (save_run_fenced_turn); one
+    that changes them (a failed run taken up again, a document edited) writes them and
+    their indexes all the same."""
+
+    async def go() -> list[tuple[str, str]]:
+        async with SQLiteStore(tmp_path / "q.db") as store:
+            await store.create(doc("r", "running"), [])
+            lease = await store.claim_run("r", "w", lease_seconds=30)
+            turn = doc("r", "running")
+            turn.turns += 1
+            assert await store.save(turn, 1, [], lease=lease) == 2
+            failed = doc("r", "failed")
+            assert await store.save(failed, 2, [], lease=lease) == 3
+            lease = await store.claim_run("r", "w", lease_seconds=30)
+            again = doc("r", "running")
+            again.created_at = "2030-01-01T00:00:00Z"
+            assert await store.save(again, 3, [], lease=lease) == 4
+            assert (await store.load("r")).document.created_at == "2030-01-01T00:00:00Z"
+            rows = store.db().execute(
+                "SELECT status, created_at FROM runs INDEXED BY runs_by_status"
+                " WHERE status = 'running'"
+            )
+            return [tuple(row) for row in rows]
+
+    assert asyncio.run(go()) == [("running", "2030-01-01T00:00:00Z")]

@@ -16,7 +16,9 @@ releases), workers' heartbeats and leader rows commit without waiting for the di
 cut only expires, and the run is claimed again; nothing was done under a claim the disk
 lost, since its holder's first fenced save is flushed and a side-effecting call's claim is
 flushed before the tool starts. A fenced ``save`` (``lease=``) is the same statement with
-the lease's epoch and owner in its condition.
+the lease's epoch and owner in its condition. A turn's save (the run goes on running, its
+status and creation time as stored) assigns neither, so that SQLite rewrites no index
+entry; when they changed, the save assigns them (``save_run_fenced``).
 
 The document of a run at rest (any status but ``running``) is stored compressed: a zlib
 stream (RFC 1950, whose Adler-32 makes a damaged stream fail to decompress rather than
@@ -206,8 +208,9 @@ def _store_error(exc: sqlite3.Error, doing: str) -> StoreError:
     return StoreError(f"sqlite failed while {doing}: {exc}", code="store_busy" if busy else None)
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``, its encoder made once
+(``json.dumps`` makes one at every call with these arguments)."""
 
 
 def _columns(document: RunDocument) -> dict[str, Any]:
@@ -524,16 +527,18 @@ class SQLiteStore(SQLiteQueue):
         columns, rows = _columns(document), _event_rows(document.id, events)
         params = {**columns, "expected_version": expected_version}
         if lease is None:  # a decision or another writer: runnable from now, if free
-            query = q["save_run"]
+            queries: tuple[str, ...] = (q["save_run"],)
+        elif document.status == "running":  # a turn: status and created_at as stored, or not
+            queries = (q["save_run_fenced_turn"], q["save_run_fenced"])
+            params |= {"epoch": lease.epoch, "owner": lease.owner}
         else:
-            running = document.status == "running"
-            query = q["save_run_fenced" if running else "save_run_fenced_at_rest"]
+            queries = (q["save_run_fenced_at_rest"],)
             params |= {"epoch": lease.epoch, "owner": lease.owner}
 
         def write(conn: sqlite3.Connection) -> int:
             if lease is None:
                 params["now"] = time.time()
-            if conn.execute(query, params).rowcount != 1:
+            if all(conn.execute(query, params).rowcount != 1 for query in queries):
                 self._refuse_save(conn, run_id, expected_version, lease)
             conn.executemany(q["append_event"], rows)
             return expected_version + 1

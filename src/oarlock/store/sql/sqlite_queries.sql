@@ -37,6 +37,18 @@ SET agent = :agent, status = :status, turns = :turns, tags = :tags,
 WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
   AND lease_owner = :owner;
 
+-- name: save_run_fenced_turn
+-- save_run_fenced when the run's status and created_at are those stored, as on every turn
+-- of a running run: it assigns neither, so SQLite rewrites no entry of the indexes that
+-- hold them (runs_by_created, runs_by_status: two pages fewer in each commit). No row when
+-- they changed (or the version or the lease does not match): the store then runs
+-- save_run_fenced, which tells them apart.
+UPDATE runs
+SET agent = :agent, turns = :turns, tags = :tags, updated_at = :updated_at,
+    document = :document, approval_due = :approval_due, version = version + 1
+WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
+  AND lease_owner = :owner AND status = :status AND created_at = :created_at;
+
 -- name: save_run_fenced_at_rest
 -- The lease holder's save of a run that stops running (finished, waiting): no longer ready.
 UPDATE runs
