@@ -5,6 +5,7 @@ and the OpenAPI document declaring every refusal."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -167,6 +168,11 @@ def test_tokens_command(tmp_path: Path) -> None:
     from oarlock.store import SQLiteStore
 
     SQLiteStore(db).close_now()
+    tables = "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"
+    before = sqlite3.connect(db).execute(tables).fetchall()
+    r = oarlock("tokens", "create", "--tenant", "demo", "--role", "admin", "--name", " ")
+    assert r.returncode == 2 and "name" in r.stderr
+    assert sqlite3.connect(db).execute(tables).fetchall() == before  # refused, unchanged
     r = oarlock(
         "tokens", "create", "--tenant", "demo", "--role", "approver", "--name", "ana", "--json"
     )

@@ -97,8 +97,13 @@ def add_commands(sub: Any) -> None:
 
 
 async def _tokens(args: argparse.Namespace, store: Any) -> int:
-    from oarlock.server._tokens import token_store
+    from oarlock.server._tokens import check_expiry, check_name, check_role, token_store
 
+    if args.action == "tokens create":  # refused before the database gains its tables
+        check_name(args.name, "name")
+        check_name(args.tenant, "tenant")
+        check_role(args.role)
+        check_expiry(args.expires_in)
     tokens = token_store(store)
     if args.action == "tokens create" or await tokens.made():
         await tokens.prepare()
