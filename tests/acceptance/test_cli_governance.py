@@ -164,12 +164,18 @@ def test_audit_verify_checkpoint_and_tamper_detection(cli: Cli, tmp_path: Path) 
     assert out.returncode == 1 and "truncated" in out.stderr
 
 
+def jcs_text(stored: str | bytes) -> str:
+    """A stored ledger body as JCS text (stored as it is, or compressed)."""
+    value = unpack_body(stored)
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
 def test_audit_verify_names_an_edited_entry(cli: Cli) -> None:
     with sqlite3.connect(cli.db) as conn:
         seq, body = conn.execute(
             "SELECT seq, body FROM ledger WHERE kind = 'invocation' ORDER BY seq LIMIT 1"
         ).fetchone()
-        text = unpack_body(body).decode("utf-8")  # stored compressed
+        text = jcs_text(body)
         conn.execute(
             "UPDATE ledger SET body = ? WHERE seq = ?", (text.replace("A-1001", "A-1002"), seq)
         )
@@ -198,7 +204,7 @@ def test_audit_verify_catches_a_rewritten_history_only_with_a_checkpoint(
         ).fetchall()
         prev = None
         for seq, kind, at, body, prev_hash in rows:
-            data = json.loads(unpack_body(body).decode("utf-8").replace("A-1001", "A-1002"))
+            data = json.loads(jcs_text(body).replace("A-1001", "A-1002"))
             prev = unpack_hash(prev_hash) if prev is None else prev
             h = entry_hash(seq, kind, at, data, prev)
             conn.execute(

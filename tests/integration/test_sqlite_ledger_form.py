@@ -1,6 +1,10 @@
-"""The stored form of ledger rows and claims in SQLite (schema version 5): a compressed body
-and 32-byte hashes; rows of the earlier form (JCS text, ``sha256:`` text) read as they are,
-in one chain with the new ones; tampering with the packed bytes is found."""
+"""The stored form of ledger rows and claims in SQLite (schema version 5): 32-byte hashes,
+and a body compressed from 512 bytes of JCS on; rows of the earlier form (JCS text,
+``sha256:`` text) read as they are, in one chain with the new ones; tampering with the
+packed bytes is found.
+
+The approvals recorded: those of even numbers have a long principal (a body of more than
+512 bytes, stored compressed), the others a short one (a body kept as text)."""
 
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ def approval(n: int) -> Approval:
         arguments_hash=ARGS_HASH,
         scope={"tenantId": "default"},
         decided_by="human",
-        principal="alice@example.com",
+        principal="alice@example.com" + ("/x" * 200 if n % 2 == 0 else ""),
         decided_at=AT,
     )
 
@@ -86,16 +90,20 @@ def problems(path: Path) -> list[tuple[int | None, str]]:
 
 def test_new_rows_are_packed_and_read_back_as_written(tmp_path: Path) -> None:
     path = tmp_path / "g.db"
-    record(path, 1, 3)
+    record(path, 1, 4)
     stored = rows(path)
     for seq, kind, _, body, prev, hashed in stored:
-        assert isinstance(body, bytes) and body[0] == 1
-        assert len(body) < len(canonicalize(approval(seq).to_json()))
+        jcs = canonicalize(approval(seq).to_json())
+        if seq % 2 == 0:
+            assert len(jcs) >= 512 and isinstance(body, bytes) and body[0] == 1
+            assert len(body) < len(jcs) / 2
+        else:
+            assert len(jcs) < 512 and body == jcs.decode("utf-8")
         assert isinstance(prev, bytes) and len(prev) == 32
         assert isinstance(hashed, bytes) and len(hashed) == 32
         assert kind == "approval"
     entries = read_ledger(path)
-    assert [e.body for e in entries] == [approval(n).to_json() for n in (1, 2, 3)]
+    assert [e.body for e in entries] == [approval(n).to_json() for n in (1, 2, 3, 4)]
     assert entries[0].prev_hash == GENESIS_HASH
     assert [e.prev_hash for e in entries[1:]] == [e.entry_hash for e in entries[:-1]]
     for e in entries:
@@ -154,7 +162,7 @@ def test_a_file_of_version_4_keeps_its_rows_and_extends_its_chain(tmp_path: Path
     record(path, 3, 2)
 
     stored = rows(path)
-    assert [type(r[3]) for r in stored] == [str, str, bytes, bytes]
+    assert [type(r[3]) for r in stored] == [str, str, str, bytes]
     assert [type(r[5]) for r in stored] == [str, str, bytes, bytes]
     entries = read_ledger(path)
     assert [e.body for e in entries] == [approval(n).to_json() for n in (1, 2, 3, 4)]
@@ -191,14 +199,14 @@ def test_a_flipped_bit_in_a_compressed_body_is_found_at_its_entry(
 
 def test_a_cut_or_unknown_body_is_unreadable_and_found(tmp_path: Path) -> None:
     path = tmp_path / "g.db"
-    record(path, 1, 3)
+    record(path, 1, 4)
     with sqlite3.connect(path) as conn:
-        (body,) = conn.execute("SELECT body FROM ledger WHERE seq = 1").fetchone()
-        conn.execute("UPDATE ledger SET body = ? WHERE seq = 1", (body[:-3],))
-        conn.execute("UPDATE ledger SET body = ? WHERE seq = 3", (b"\x09" + body[1:],))
+        (body,) = conn.execute("SELECT body FROM ledger WHERE seq = 2").fetchone()
+        conn.execute("UPDATE ledger SET body = ? WHERE seq = 2", (body[:-3],))
+        conn.execute("UPDATE ledger SET body = ? WHERE seq = 4", (b"\x09" + body[1:],))
     entries = read_ledger(path)
-    assert "unreadable" in entries[0].body and "unreadable" in entries[2].body
-    assert problems(path) == [(1, "hash_mismatch"), (3, "hash_mismatch")]
+    assert "unreadable" in entries[1].body and "unreadable" in entries[3].body
+    assert problems(path) == [(2, "hash_mismatch"), (4, "hash_mismatch")]
 
 
 def test_edited_hash_bytes_are_found(tmp_path: Path) -> None:
@@ -227,7 +235,10 @@ def test_a_packed_body_reads_back_byte_for_byte(body: dict[str, Any], pad: int) 
     body = body | {"pad": "x" * pad}  # beyond the 2 KB window too
     jcs = canonicalize(body)
     packed = pack_body(jcs)
-    assert packed[0] == 1
+    if len(jcs) < 512:
+        assert packed == jcs.decode("utf-8")
+        return
+    assert isinstance(packed, bytes) and packed[0] == 1
     assert unpack_body(packed) == jcs
     assert loads_jcs(unpack_body(packed)) == loads_jcs(jcs)
 

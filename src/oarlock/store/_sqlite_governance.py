@@ -17,16 +17,20 @@ that loses the receipt and the run's step together; the resumed run then finds a
 side-effecting call's durable claim without a receipt (Uncertain), or runs a read again.
 A killed process loses nothing: WAL commits survive it.
 
-Ledger rows (schema version 5 on): the body is stored compressed, a BLOB of one format
-byte (1) and a raw DEFLATE stream (RFC 1951, a 2 KB window) made with a preset dictionary
-(``_DICTIONARIES[1]``: the member names and common values of the governance records; fixed,
-since the rows written with it must stay readable: another dictionary is another format
-byte); ``entry_hash`` and ``prev_hash`` are the 32 bytes of the SHA-256, not ``sha256:``
-and 64 hex digits. Rows written before keep their form (JCS text, hash text) and are read
-as they are; so is a hand-edited row in either. An invocation record of 812 bytes of JCS
-takes about 300, a receipt of 403 about 170, for some 7 microseconds of compression each.
-``prev_hash`` stays stored, though it is the previous row's ``entry_hash``: with it, the
-rows after a removed one still verify, and a broken link is told from an edited entry.
+Ledger rows (schema version 5 on): ``entry_hash`` and ``prev_hash`` are the 32 bytes of
+the SHA-256, not ``sha256:`` and 64 hex digits, and a body of 512 bytes of JCS or more is
+stored compressed: a BLOB of one format byte (1) and a raw DEFLATE stream (RFC 1951, a 2 KB
+window) made with a preset dictionary (``_DICTIONARIES[1]``: the member names and common
+values of the governance records; fixed, since the rows written with it must stay
+readable: another dictionary is another format byte). An invocation record of 812 bytes
+takes about 307. Compressing one costs about 20 microseconds in a run (8 in a loop of its
+own, where the caches stay warm), whatever its size: a receipt of 403 bytes (168
+compressed) is kept as JCS text, as are the smaller records, so that a tool call pays for
+one compression (about 2-3% of a durable turn; both took 4-5%). Rows written before keep
+their form (JCS text, hash text) and are read as they are; so is a hand-edited row in
+either. ``prev_hash`` stays stored, though it is the previous row's ``entry_hash``: with
+it, the rows after a removed one still verify, and a broken link is told from an edited
+entry.
 
 A write fenced by a lease (``fence=``) first reads the run's lease epoch in its own
 transaction and raises LeaseLost, writing nothing, when the run has left it. A claim
@@ -104,11 +108,12 @@ _FORMAT = 1  # the format new rows are written in
 _WBITS = -11  # raw DEFLATE, a 2 KB window: the dictionary and a record fit in it
 # A compressor primed with the dictionary, copied for each body: a copy costs less than
 # making one and setting its dictionary. Level 1 and memLevel 4 (a small hash table, for
-# inputs of a few hundred bytes): 6 to 7 microseconds a record where level 6 with the
-# default memLevel took 10 to 17, for 2% more bytes.
+# inputs of a few hundred bytes): the cheapest settings measured, for 2% more bytes than
+# level 6.
 _PRIMED = zlib.compressobj(1, zlib.DEFLATED, _WBITS, 4, zlib.Z_DEFAULT_STRATEGY,
                            _DICTIONARIES[_FORMAT])  # fmt: skip
 _PREFIX = bytes([_FORMAT])
+_PACK_FROM = 512  # bytes of JCS from which a body is compressed
 _HASH = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 
 
@@ -116,8 +121,10 @@ def _q(name: str) -> str:
     return named_queries(_FILE)[name]
 
 
-def pack_body(jcs: bytes) -> bytes:
+def pack_body(jcs: bytes) -> bytes | str:
     """The stored form of a ledger body (its JCS bytes): see the module documentation."""
+    if len(jcs) < _PACK_FROM:
+        return jcs.decode("utf-8")
     compressor = _PRIMED.copy()
     return _PREFIX + compressor.compress(jcs) + compressor.flush()
 
