@@ -18,19 +18,19 @@ side-effecting call's durable claim without a receipt (Uncertain), or runs a rea
 A killed process loses nothing: WAL commits survive it.
 
 Ledger rows (schema version 5 on): ``entry_hash`` and ``prev_hash`` are the 32 bytes of
-the SHA-256, not ``sha256:`` and 64 hex digits, and a body of 512 bytes of JCS or more is
-stored compressed: a BLOB of one format byte (1) and a raw DEFLATE stream (RFC 1951, a 2 KB
-window) made with a preset dictionary (``_DICTIONARIES[1]``: the member names and common
-values of the governance records; fixed, since the rows written with it must stay
-readable: another dictionary is another format byte). An invocation record of 812 bytes
-takes about 307. Compressing one costs about 20 microseconds in a run (8 in a loop of its
-own, where the caches stay warm), whatever its size: a receipt of 403 bytes (168
-compressed) is kept as JCS text, as are the smaller records, so that a tool call pays for
-one compression (about 2-3% of a durable turn; both took 4-5%). Rows written before keep
-their form (JCS text, hash text) and are read as they are; so is a hand-edited row in
-either. ``prev_hash`` stays stored, though it is the previous row's ``entry_hash``: with
-it, the rows after a removed one still verify, and a broken link is told from an edited
-entry.
+the SHA-256, not ``sha256:`` and 64 hex digits (so is a claim's ``arguments_hash``), and a
+body of 512 bytes of JCS or more is stored compressed: a BLOB of one format byte (1) and a
+raw DEFLATE stream (RFC 1951, a 2 KB window) made with a preset dictionary
+(``_DICTIONARIES[1]``: the member names and common values of the governance records;
+fixed, since the rows written with it must stay readable: another dictionary is another
+format byte). An invocation record of 812 bytes takes about 307. Compressing one costs 20
+to 35 microseconds of a run's time (8 in a loop of its own, where the caches stay warm),
+whatever its size: a receipt of 403 bytes (168 compressed) is kept as JCS text, as are the
+smaller records, so that a tool call pays for one compression (3 to 4% of a durable turn's
+CPU time; compressing both records took 5 to 8%). Rows written before keep their form (JCS
+text, hash text) and are read as they are; so is a hand-edited row in either.
+``prev_hash`` stays stored, though it is the previous row's ``entry_hash``: with it, the
+rows after a removed one still verify, and a broken link is told from an edited entry.
 
 A write fenced by a lease (``fence=``) first reads the run's lease epoch in its own
 transaction and raises LeaseLost, writing nothing, when the run has left it. A claim
