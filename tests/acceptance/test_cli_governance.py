@@ -14,6 +14,7 @@ from tests.acceptance.test_cli_runs import Cli
 
 from oarlock.formats._jcs import digest
 from oarlock.governance._ledger import entry_hash
+from oarlock.store._sqlite_governance import unpack_body, unpack_hash
 
 
 @pytest.fixture
@@ -163,13 +164,20 @@ def test_audit_verify_checkpoint_and_tamper_detection(cli: Cli, tmp_path: Path) 
     assert out.returncode == 1 and "truncated" in out.stderr
 
 
+def jcs_text(stored: str | bytes) -> str:
+    """A stored ledger body as JCS text (stored as it is, or compressed)."""
+    value = unpack_body(stored)
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
 def test_audit_verify_names_an_edited_entry(cli: Cli) -> None:
     with sqlite3.connect(cli.db) as conn:
         seq, body = conn.execute(
             "SELECT seq, body FROM ledger WHERE kind = 'invocation' ORDER BY seq LIMIT 1"
         ).fetchone()
+        text = jcs_text(body)
         conn.execute(
-            "UPDATE ledger SET body = ? WHERE seq = ?", (body.replace("A-1001", "A-1002"), seq)
+            "UPDATE ledger SET body = ? WHERE seq = ?", (text.replace("A-1001", "A-1002"), seq)
         )
     out = cli("audit", "verify", "--json")
     assert out.returncode == 1
@@ -196,8 +204,8 @@ def test_audit_verify_catches_a_rewritten_history_only_with_a_checkpoint(
         ).fetchall()
         prev = None
         for seq, kind, at, body, prev_hash in rows:
-            data = json.loads(body.replace("A-1001", "A-1002"))
-            prev = prev_hash if prev is None else prev
+            data = json.loads(jcs_text(body).replace("A-1001", "A-1002"))
+            prev = unpack_hash(prev_hash) if prev is None else prev
             h = entry_hash(seq, kind, at, data, prev)
             conn.execute(
                 "UPDATE ledger SET body = ?, prev_hash = ?, entry_hash = ? WHERE seq = ?",

@@ -1,6 +1,6 @@
-"""Tampering with the governance ledger in its SQLite file, with the sqlite3 module and
-no oarlock code, and what :func:`verify_chain` makes of the entries read back through
-``SQLiteStore(path).governance().ledger()``.
+"""Tampering with the governance ledger in its SQLite file, with the sqlite3 module (and,
+to read a row, oarlock's codec of its stored form alone), and what :func:`verify_chain`
+makes of the entries read back through ``SQLiteStore(path).governance().ledger()``.
 
 The ledger built for every test: three ``charge`` calls and one ``lookup`` made through
 the governed executor, eleven entries::
@@ -35,6 +35,7 @@ from oarlock.formats._time import now_rfc3339
 from oarlock.governance import GovernedExecutor, generate_key, sign_checkpoint, verify_chain
 from oarlock.governance._ledger import Checkpoint, LedgerEntry, VerifyReport, entry_hash, key_id
 from oarlock.store import SQLiteStore
+from oarlock.store._sqlite_governance import unpack_body, unpack_hash
 
 CHARGES = [("c1", "A-1", 25), ("c2", "A-2", 40), ("c4", "A-3", 55)]
 KINDS = [
@@ -116,11 +117,19 @@ def raw(db: Path) -> Iterator[sqlite3.Connection]:
 
 
 def row(conn: sqlite3.Connection, seq: int) -> dict[str, Any]:
+    """A row with its body as JCS text and its hashes as ``sha256:`` text, the form rows
+    had before schema version 5 (and which the store still reads): written back so."""
     found = conn.execute(
         "SELECT seq, kind, at, body, prev_hash, entry_hash FROM ledger WHERE seq = ?", (seq,)
     ).fetchone()
     assert found is not None, seq
-    return dict(found)
+    values = dict(found)
+    body = unpack_body(values["body"])
+    return values | {
+        "body": body.decode("utf-8") if isinstance(body, bytes) else body,
+        "prev_hash": unpack_hash(values["prev_hash"]),
+        "entry_hash": unpack_hash(values["entry_hash"]),
+    }
 
 
 def write_row(conn: sqlite3.Connection, values: dict[str, Any]) -> None:

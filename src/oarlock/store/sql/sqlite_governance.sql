@@ -1,5 +1,5 @@
 -- Named queries of oarlock.store._sqlite_governance (the governed executor's records).
--- Each block starts with "-- name: <name>"; the schema is in sqlite_migrations/ (0002-0004).
+-- Each block starts with "-- name: <name>"; the schema is in sqlite_migrations/ (0002-0005).
 
 -- name: ledger_head
 SELECT seq, entry_hash FROM ledger ORDER BY seq DESC LIMIT 1;
