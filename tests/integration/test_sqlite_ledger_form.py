@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from oarlock.formats._jcs import canonicalize, loads_jcs
 from oarlock.governance import verify_chain
 from oarlock.governance._ledger import GENESIS_HASH, LedgerEntry, entry_hash
 from oarlock.governance._records import Approval, Claim
-from oarlock.store import SQLiteStore, _sqlite
+from oarlock.store import SQLiteStore, _sqlite, _sqlite_governance
 from oarlock.store._sqlite_governance import pack_body, pack_hash, unpack_body, unpack_hash
 
 AT = "2026-11-02T09:15:31.000000Z"
@@ -207,6 +208,25 @@ def test_a_cut_or_unknown_body_is_unreadable_and_found(tmp_path: Path) -> None:
     entries = read_ledger(path)
     assert "unreadable" in entries[1].body and "unreadable" in entries[3].body
     assert problems(path) == [(2, "hash_mismatch"), (4, "hash_mismatch")]
+
+
+def test_a_body_made_to_expand_without_bound_is_unreadable_and_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row that would expand past the bound (a compression bomb planted in the file) is
+    read as corrupt, not expanded into memory."""
+    monkeypatch.setattr(_sqlite_governance, "_MAX_BODY", 1 << 20)
+    path = tmp_path / "g.db"
+    record(path, 1, 3)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -11, 9, zlib.Z_DEFAULT_STRATEGY,
+                                  _sqlite_governance._DICTIONARIES[1])  # fmt: skip
+    bomb = b"\x01" + compressor.compress(b" " * (2 << 20)) + compressor.flush()
+    assert len(bomb) < 10_000
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE ledger SET body = ? WHERE seq = 2", (bomb,))
+    assert unpack_body(bomb) is None
+    assert "unreadable" in read_ledger(path)[1].body
+    assert problems(path) == [(2, "hash_mismatch")]
 
 
 def test_edited_hash_bytes_are_found(tmp_path: Path) -> None:

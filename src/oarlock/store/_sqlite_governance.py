@@ -114,6 +114,8 @@ _PRIMED = zlib.compressobj(1, zlib.DEFLATED, _WBITS, 4, zlib.Z_DEFAULT_STRATEGY,
                            _DICTIONARIES[_FORMAT])  # fmt: skip
 _PREFIX = bytes([_FORMAT])
 _PACK_FROM = 512  # bytes of JCS from which a body is compressed
+# what a stored body may expand to: more is a row made to exhaust memory, read as corrupt
+_MAX_BODY = 64 * 1024 * 1024
 _HASH = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 
 
@@ -131,12 +133,13 @@ def pack_body(jcs: bytes) -> bytes | str:
 
 def unpack_body(stored: Any) -> Any:
     """The JSON text or bytes of a stored ledger body, either form; ``stored`` itself
-    when it is no compressed body, and None when it is one that does not decompress."""
+    when it is no compressed body, and None when it is one that does not decompress (or
+    would expand beyond ``_MAX_BODY``)."""
     if not isinstance(stored, bytes) or not stored or stored[0] not in _DICTIONARIES:
         return stored
     try:
         decompressor = zlib.decompressobj(_WBITS, zdict=_DICTIONARIES[stored[0]])
-        data = decompressor.decompress(memoryview(stored)[1:])
+        data = decompressor.decompress(memoryview(stored)[1:], _MAX_BODY)
         if decompressor.eof and not decompressor.unused_data:
             return data
     except zlib.error:
