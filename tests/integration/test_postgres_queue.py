@@ -96,16 +96,22 @@ async def test_claims_behind_a_barrier_never_take_a_run_twice(url: str) -> None:
     assert {(r[0], r[1]) for r in rows} == {(lease.run_id, lease.owner) for lease in leases}
 
 
-def test_the_claim_query_uses_an_index(url: str) -> None:
+@pytest.mark.parametrize(
+    ("tenants", "every", "limit"),
+    [(7, 10, 10), (1, 1, 16)],  # 2,000 of 20,000 runnable in 7 tenants; all of one tenant
+    ids=["some-runnable", "all-runnable"],
+)
+def test_the_claim_query_uses_an_index(url: str, tenants: int, every: int, limit: int) -> None:
     raw(
         url,
         "INSERT INTO runs (id, tenant, queue, agent, status, turns, created_at, updated_at, "
-        "version, document, ready_at) SELECT 'run-' || g, 't' || (g % 7), 'default', 'a', "
-        "CASE WHEN g % 10 = 0 THEN 'running' ELSE 'completed' END, 1, 'x', 'x', 1, "
-        "'\\x7b7d'::bytea, CASE WHEN g % 10 = 0 THEN g END FROM generate_series(1, 20000) g",
+        f"version, document, ready_at) SELECT 'run-' || g, 't' || (g % {tenants}), "
+        f"'default', 'a', CASE WHEN g % {every} = 0 THEN 'running' ELSE 'completed' END, 1, "
+        f"'x', 'x', 1, '\\x7b7d'::bytea, CASE WHEN g % {every} = 0 THEN g END "
+        "FROM generate_series(1, 20000) g",
     )
     raw(url, "ANALYZE runs")
-    params = {"owner": "w", "limit": 10, "seconds": 30.0, "tenants": None, "queues": None}
+    params = {"owner": "w", "limit": limit, "seconds": 30.0, "tenants": None, "queues": None}
     with psycopg.connect(url, autocommit=True) as conn:
         plan = "\n".join(
             row[0]

@@ -208,6 +208,8 @@ WITH RECURSIVE lanes (queue, tenant) AS (
                   ORDER BY r.ready_at, r.id
                   LIMIT q.quota
                   FOR UPDATE SKIP LOCKED) AS k
+    LIMIT %(limit)s  -- never fewer rows (the quotas sum to the limit at most), but with it
+                     -- the planner expects few and updates them by key, not by a scan
 )
 UPDATE runs AS r
 SET lease_owner = %(owner)s, lease_epoch = r.lease_epoch + 1,
