@@ -309,3 +309,21 @@ def test_top_level_exports_are_the_same_functions():
     assert oarlock.canonicalize is canonicalize
     assert oarlock.digest is digest
 
+
+
+def test_integral_floats_below_2_53_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An amount such as 5.0 is written as its integer by ``json``, not by ``rfc8785``
+    (four times slower); larger integral floats, where JCS's digits are not the integer's,
+    still go to ``rfc8785``."""
+    from oarlock.formats import _jcs
+
+    real = _jcs._general
+    general: list[object] = []
+    monkeypatch.setattr(_jcs, "_general", lambda v: general.append(v) or real(v))
+    value = {"amount": 5.0, "n": [-0.0, 2.5, 9007199254740991.0, {"m": -12.0}], "k": 3}
+    assert canonicalize(value) == (
+        b'{"amount":5,"k":3,"n":[0,2.5,9007199254740991,{"m":-12}]}'
+    )
+    assert general == []
+    assert canonicalize({"big": 2.0**60}) == b'{"big":1152921504606847000}'
+    assert len(general) == 1
