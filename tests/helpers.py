@@ -117,3 +117,39 @@ def priced_demo(tmp_path: Any, pattern: str) -> Any:
         + f'pricing:\n  "{pattern}": {{input_per_million: 0.2, output_per_million: 0.6}}\n'
     )
     return priced
+
+
+def invocation_record(
+    key: str,
+    *,
+    arguments: dict[str, Any] | None = None,
+    tenant: str = "acme",
+    side_effect: str = "read",
+    at: str = "2026-01-01T00:00:00.000000Z",
+) -> dict[str, Any]:
+    """A tool-invocation-v1 record of a ``charge`` call for the stores' tests, keyed ``key``,
+    with fresh ids."""
+    import uuid
+
+    from oarlock.formats._jcs import digest
+
+    arguments = {"order_id": "o1"} if arguments is None else arguments
+    return {
+        "invocationId": str(uuid.uuid4()),
+        "toolId": "charge",
+        "schemaVersion": "1",
+        "scope": {"tenantId": tenant},
+        "runId": str(uuid.uuid4()),
+        "stepId": str(uuid.uuid4()),
+        "attemptId": str(uuid.uuid4()),
+        "sideEffectClass": side_effect,
+        "idempotencyKey": key,
+        "arguments": arguments,
+        "argumentsHash": digest(arguments),
+        "policyDecision": {
+            "decisionId": str(uuid.uuid4()),
+            "effect": "allow",
+            "policyId": "p",
+            "evaluatedAt": at,
+        },
+    }

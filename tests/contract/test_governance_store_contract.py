@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import pgtest
+from helpers import invocation_record
 from oarlock.errors import ConflictError, IntegrityError, NotFound
 from oarlock.formats._jcs import digest
 from oarlock.governance import Approval, Claim, MemoryGovernanceStore, Reconciliation
@@ -46,26 +47,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 def invocation(key: str = "k1", args: dict[str, Any] | None = None) -> dict[str, Any]:
-    arguments = args if args is not None else {"order_id": "o1"}
-    return {
-        "invocationId": str(uuid.uuid4()),
-        "toolId": "charge",
-        "schemaVersion": "1",
-        "scope": {"tenantId": "acme"},
-        "runId": str(uuid.uuid4()),
-        "stepId": str(uuid.uuid4()),
-        "attemptId": str(uuid.uuid4()),
-        "sideEffectClass": "read",
-        "idempotencyKey": key,
-        "arguments": arguments,
-        "argumentsHash": digest(arguments),
-        "policyDecision": {
-            "decisionId": str(uuid.uuid4()),
-            "effect": "allow",
-            "policyId": "p",
-            "evaluatedAt": NOW,
-        },
-    }
+    return invocation_record(key, arguments=args, at=NOW)
 
 
 def claim_for(inv: dict[str, Any], owner: str = "h:1:1", tenant: str = "acme") -> Claim:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 from typing import Any
 
 import psycopg
 import pytest
 
 import pgtest
+from helpers import invocation_record
 from oarlock.errors import ConflictError, LeaseLost, UsageError
 from oarlock.formats import RunDocument, dump_run, parse_run
 from oarlock.formats._jcs import digest
@@ -311,26 +311,7 @@ async def test_a_heartbeat_is_as_old_as_the_worker_says_on_the_database_clock(
 
 
 def invocation(key: str) -> dict[str, Any]:
-    arguments = {"order_id": "o1"}
-    return {
-        "invocationId": str(uuid.uuid4()),
-        "toolId": "charge",
-        "schemaVersion": "1",
-        "scope": {"tenantId": "acme"},
-        "runId": str(uuid.uuid4()),
-        "stepId": str(uuid.uuid4()),
-        "attemptId": str(uuid.uuid4()),
-        "sideEffectClass": "spend",
-        "idempotencyKey": key,
-        "arguments": arguments,
-        "argumentsHash": digest(arguments),
-        "policyDecision": {
-            "decisionId": str(uuid.uuid4()),
-            "effect": "allow",
-            "policyId": "p",
-            "evaluatedAt": NOW,
-        },
-    }
+    return invocation_record(key, side_effect="spend", at=NOW)
 
 
 def claim_for(inv: dict[str, Any], run_id: str, epoch: int) -> Claim:

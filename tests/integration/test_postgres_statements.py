@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 import pgtest
+from helpers import invocation_record
 from oarlock.errors import ConflictError
 from oarlock.formats._jcs import digest
 from oarlock.governance._ledger import entry_hash, verify_chains
@@ -129,24 +130,7 @@ async def test_a_ten_turn_run_sends_one_statement_per_write_and_keeps_its_commit
 
 
 def invocation(key: str, tenant: str = "acme") -> dict[str, Any]:
-    import uuid
-
-    arguments = {"order_id": key}
-    return {
-        "invocationId": str(uuid.uuid4()),
-        "toolId": "charge",
-        "schemaVersion": "1",
-        "scope": {"tenantId": tenant},
-        "runId": str(uuid.uuid4()),
-        "stepId": str(uuid.uuid4()),
-        "attemptId": str(uuid.uuid4()),
-        "sideEffectClass": "read",
-        "idempotencyKey": key,
-        "arguments": arguments,
-        "argumentsHash": digest(arguments),
-        "policyDecision": {"decisionId": "d", "effect": "allow", "policyId": "p",
-                           "evaluatedAt": NOW},
-    }  # fmt: skip
+    return invocation_record(key, arguments={"order_id": key}, tenant=tenant, at=NOW)
 
 
 def claim_for(inv: dict[str, Any]) -> Claim:
