@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import pytest
 
 import pgtest
+from helpers import invocation_record
 from oarlock.errors import ConflictError, LeaseLost, NotFound, RunBusy
 from oarlock.formats import RunDocument, dump_json, dump_run, parse_run
 from oarlock.formats._jcs import digest
@@ -279,23 +280,11 @@ def test_a_fenced_save_of_a_missing_run_is_not_found(store: Any) -> None:
 
 
 def invocation(run_id: str, key: str, side_effect: str = "spend") -> dict[str, Any]:
-    arguments = {"order_id": key}
-    return {
-        "invocationId": str(uuid.uuid4()),
-        "toolId": "charge",
-        "schemaVersion": "1",
-        "scope": {"tenantId": "acme"},
-        "runId": str(uuid.uuid4()),
-        "stepId": str(uuid.uuid4()),
-        "attemptId": str(uuid.uuid4()),
-        "sideEffectClass": side_effect,
-        "idempotencyKey": key,
-        "arguments": arguments,
-        "argumentsHash": digest(arguments),
-        "approvalId": str(uuid.uuid4()),
-        "policyDecision": {"decisionId": str(uuid.uuid4()), "effect": "allow",
-                           "policyId": "p", "evaluatedAt": now_rfc3339()},
-    }
+    record = invocation_record(
+        key, arguments={"order_id": key}, side_effect=side_effect, at=now_rfc3339()
+    )
+    record["approvalId"] = str(uuid.uuid4())
+    return record
 
 
 def claim_of(inv: dict[str, Any], run_id: str, epoch: int | None) -> Claim:
