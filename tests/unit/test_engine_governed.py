@@ -12,6 +12,7 @@ from oarlock.engine import _core as core
 from oarlock.errors import DecisionRefused
 from oarlock.formats._jcs import digest
 from oarlock.governance import RulePolicy, unfence
+from oarlock.governance._policy import DEFAULT_POLICY
 from oarlock.governance._records import run_uuid
 from oarlock.models import ScriptedModel
 from oarlock.testing import MemoryStore, ValidatingStore
@@ -254,3 +255,36 @@ async def test_a_replay_never_repeats_a_side_effect() -> None:
     result = done.messages[2].content[0]  # type: ignore[union-attr]
     assert result.is_error and "replay_side_effect" in result.content
     assert CHARGES == [("o1", 40)]
+
+
+class CountingPolicy:
+    """The default rules, counting the requests they decide."""
+
+    def __init__(self, rules: Any) -> None:
+        self.rules, self.asked = rules, []
+        self.policy_id, self.version = rules.policy_id, rules.version
+
+    def evaluate(self, request: Any) -> Any:
+        self.asked.append((request.tool, dict(request.arguments)))
+        return self.rules.evaluate(request)
+
+
+async def test_a_call_run_as_it_is_planned_asks_the_policy_once() -> None:
+    """A call that runs in the step it is planned in runs under the verdict of its
+    planning; a call that waited for a human is asked about again when it runs, and
+    records when the policy decided."""
+    policy = CountingPolicy(DEFAULT_POLICY)
+    r, store = runner(policy)  # type: ignore[arg-type]
+    doc = await r.start("refund")
+    assert doc.status == "waiting_approval"
+    look, pay = ("lookup", {"order_id": "o1"}), ("charge", {"order_id": "o1", "amount": 40})
+    assert policy.asked == [look, pay]  # planning both; the lookup ran under its verdict
+    doc = await r.decide(doc.id, "c_pay", "approved", principal="ana")
+    asked_by_decision = len(policy.asked) - 2
+    doc = await r.resume(doc.id)
+    assert doc.status == "completed" and CHARGES == [("o1", 40)]
+    assert policy.asked[2 + asked_by_decision :] == [pay]  # asked again as it runs
+    items = await store.governance().receipts()
+    for item in items:
+        decision = item.invocation["policyDecision"]
+        assert decision["evaluatedAt"] <= item.receipt["startedAt"]

@@ -28,9 +28,18 @@ class Executor(Protocol):
         ...
 
     async def execute(
-        self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any], ctx: CallContext
+        self,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        *,
+        review: Review | None = None,
     ) -> ToolResultPart:
-        """Run one call (or refuse it) and say what the model is told."""
+        """Run one call (or refuse it) and say what the model is told. A call planned in
+        the step that runs it is passed its review too (``review=``) when the review
+        carries the policy's verdict (``Review.verdict``): the executor need not ask the
+        policy again. An executor whose reviews carry none is never passed one."""
         ...
 
     async def record_approval(
@@ -72,6 +81,7 @@ class Planned:
     result: ToolResultPart | None = None
     approval: bool = False
     ttl_seconds: float | None = None
+    review: Review | None = None  # the executor's review, which the call runs under
 
 
 def plan_call(call: ToolCallPart, tools: Toolset, executor: Executor, ctx: CallContext) -> Planned:
@@ -93,7 +103,7 @@ def plan_call(call: ToolCallPart, tools: Toolset, executor: Executor, ctx: CallC
     review = executor.review(tool, arguments, ctx)
     if review.needs_approval:
         return Planned(call, tool, arguments, approval=True, ttl_seconds=review.ttl_seconds)
-    return Planned(call, tool, arguments)
+    return Planned(call, tool, arguments, review=review)
 
 
 def _not_json(name: str, raw: str) -> str:

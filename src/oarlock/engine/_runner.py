@@ -26,6 +26,7 @@ from oarlock.engine._execute import (
     CallContext,
     Executor,
     Planned,
+    Review,
     error_result,
     plan_call,
 )
@@ -405,9 +406,16 @@ class Runner(Conversations, Decisions):
         return sink
 
     async def _executed(
-        self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any], ctx: CallContext
+        self,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        review: Review | None = None,
     ) -> ToolResultPart:
-        """One call through the executor, told to the run's streams as it starts and ends."""
+        """One call through the executor (under ``review``, its review as the step was
+        planned, when it holds the policy's verdict), told to the run's streams as it
+        starts and ends."""
         run_id = ctx.run_id
         watched = self._streams.watching(run_id)
         if watched:
@@ -419,9 +427,9 @@ class Runner(Conversations, Decisions):
         if drive is not None:
             self._timed[(run_id, call.id)] = span
         if watch is None:
-            result = await self.executor.execute(tool, call, arguments, ctx)
+            result = await self._execute(tool, call, arguments, ctx, review)
         else:
-            result = await self._watched_call(watch, tool, call, arguments, ctx)
+            result = await self._watched_call(watch, tool, call, arguments, ctx, review=review)
         if drive is not None:
             span.update(drive.span(started, t0, None if watch is None else watch.span_id))
         if watched:
@@ -431,6 +439,19 @@ class Runner(Conversations, Decisions):
             )
         return result
 
+    async def _execute(
+        self,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        review: Review | None,
+    ) -> ToolResultPart:
+        """The executor's run of the call, under ``review`` when that holds a verdict."""
+        if review is None or review.verdict is None:
+            return await self.executor.execute(tool, call, arguments, ctx)
+        return await self.executor.execute(tool, call, arguments, ctx, review=review)
+
     async def _watched_call(
         self,
         watch: CallWatch,
@@ -438,12 +459,14 @@ class Runner(Conversations, Decisions):
         call: ToolCallPart,
         arguments: dict[str, Any],
         ctx: CallContext,
+        *,
+        review: Review | None = None,
     ) -> ToolResultPart:
         key = (ctx.run_id, call.id)
         self._calls[key] = watch
         try:
             with watch.active():
-                result = await self.executor.execute(tool, call, arguments, ctx)
+                result = await self._execute(tool, call, arguments, ctx, review)
         except BaseException as exc:
             watch.failed(exc)
             raise
@@ -589,7 +612,7 @@ class Runner(Conversations, Decisions):
         async def one(p: Planned) -> ToolResultPart | None:
             if p.result is not None or p.approval or p.tool is None or p.arguments is None:
                 return p.result
-            return await self._executed(p.tool, p.call, p.arguments, ctx)
+            return await self._executed(p.tool, p.call, p.arguments, ctx, p.review)
 
         outcomes = await _gather([one(p) for p in planned])
         return [r for r in outcomes if r is not None]

@@ -141,6 +141,10 @@ class Review:
     rule_id: str | None = None
     reasons: tuple[str, ...] = ()
     four_eyes: bool = False
+    # the policy's verdict and when it was reached: a call run in the same step as it was
+    # planned runs under it (``execute(review=...)``), not under a second evaluation
+    verdict: PolicyVerdict | None = None
+    evaluated_at: str | None = None
 
 
 def json_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -187,6 +191,7 @@ class GovernedExecutor:
 
     # -- planning and decisions ---------------------------------------------------------
     def review(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> Review:
+        at = self.clock()
         verdict = self._evaluate(tool, arguments, ctx)
         return Review(
             verdict.effect == "require_approval",
@@ -195,6 +200,8 @@ class GovernedExecutor:
             rule_id=verdict.rule_id,
             reasons=verdict.reasons,
             four_eyes=verdict.four_eyes is True,
+            verdict=verdict,
+            evaluated_at=at,
         )
 
     async def record_approval(
@@ -252,10 +259,22 @@ class GovernedExecutor:
 
     # -- execution ----------------------------------------------------------------------
     async def execute(
-        self, tool: Tool, call: ToolCallPart, arguments: dict[str, Any], ctx: CallContext
+        self,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        *,
+        review: Review | None = None,
     ) -> ToolResultPart:
+        """Run one call under the policy, or refuse it. ``review``: this executor's review
+        of this very call (tool, arguments and context), made as the step that runs it was
+        planned; its verdict stands, and the policy is not asked again."""
         now = self.clock()
-        verdict = self._evaluate(tool, arguments, ctx)
+        if review is not None and review.verdict is not None:
+            verdict, evaluated_at = review.verdict, review.evaluated_at or now
+        else:
+            verdict, evaluated_at = self._evaluate(tool, arguments, ctx), now
         try:
             invocation, bytes_in = self._invocation(tool, call, arguments, ctx)
         except CanonicalizationError as exc:  # nothing is claimed, run or recorded
@@ -265,7 +284,7 @@ class GovernedExecutor:
                 f"({exc}) (arguments_not_canonical).",
             )
         c = _Call(tool, call, ctx, arguments, invocation, now, bytes_in)
-        c.invocation["policyDecision"] = self._decision(verdict, now)
+        c.invocation["policyDecision"] = self._decision(verdict, evaluated_at)
         try:
             c.invocation["idempotencyKey"] = _key(c)
         except _Refused as refusal:
