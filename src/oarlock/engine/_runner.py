@@ -609,13 +609,15 @@ class Runner(Conversations, Decisions):
         raise TypeError(f"unknown action {action!r}")
 
     async def _run_planned(self, planned: list[Planned], ctx: CallContext) -> list[ToolResultPart]:
-        async def one(p: Planned) -> ToolResultPart | None:
-            if p.result is not None or p.approval or p.tool is None or p.arguments is None:
-                return p.result
-            return await self._executed(p.tool, p.call, p.arguments, ctx, p.review)
-
-        outcomes = await _gather([one(p) for p in planned])
+        outcomes = await _gather([self._planned_call(p, ctx) for p in planned])
         return [r for r in outcomes if r is not None]
+
+    async def _planned_call(self, p: Planned, ctx: CallContext) -> ToolResultPart | None:
+        """One planned call: its refusal, none when it waits for approval, else its run
+        under the review it was planned with."""
+        if p.result is not None or p.approval or p.tool is None or p.arguments is None:
+            return p.result
+        return await self._executed(p.tool, p.call, p.arguments, ctx, p.review)
 
     async def _run_approved(
         self, calls: list[tuple[ToolCallPart, dict[str, Any]]], ctx: CallContext

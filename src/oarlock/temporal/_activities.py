@@ -309,11 +309,8 @@ class Activities:
             deadlines = {} if ttl is None else {call.id: shift_rfc3339(now, ttl)}
             return _answering(call.id, ctx.turn, lambda d: core.on_tools_planned(
                 d, [], [call], now, deadlines))  # fmt: skip
-        result = planned.result
-        if result is None:
-            assert planned.tool is not None
-            assert planned.arguments is not None
-            result = await runner._executed(planned.tool, call, planned.arguments, ctx)
+        result = await runner._planned_call(planned, ctx)
+        assert result is not None  # refused, or run: not held for approval (above)
         return _answering(call.id, ctx.turn, lambda d: core.on_tools_planned(
             d, [result], [], runner.clock()))  # fmt: skip
 

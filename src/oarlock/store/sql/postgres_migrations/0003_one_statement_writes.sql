@@ -90,6 +90,21 @@ BEGIN
 END
 $$;
 
+-- How begin and finish start: their transaction set to commit without a flush when
+-- ``lazy``, then the fence (oarlock_fenced): false when it does not hold.
+CREATE FUNCTION oarlock_start(lazy boolean, fence_run text, fence_epoch bigint,
+                              fence_owner text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF lazy THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    RETURN oarlock_fenced(fence_run, fence_epoch, fence_owner);
+END
+$$;
+
 -- begin: the claim of a call and its invocation's entry (after a granted approval's, when
 -- grant_body is given), or the use of a standing approval (approval_id).
 CREATE FUNCTION oarlock_begin(
@@ -106,10 +121,7 @@ DECLARE
     head_seq bigint;
     head_hash text;
 BEGIN
-    IF lazy THEN
-        PERFORM set_config('synchronous_commit', 'off', true);
-    END IF;
-    IF NOT oarlock_fenced(fence_run, fence_epoch, fence_owner) THEN
+    IF NOT oarlock_start(lazy, fence_run, fence_epoch, fence_owner) THEN
         RETURN 'slow';
     END IF;
     INSERT INTO claims (tenant_id, tool_id, idempotency_key, invocation_id, arguments_hash,
@@ -159,10 +171,7 @@ DECLARE
     head_seq bigint;
     head_hash text;
 BEGIN
-    IF lazy THEN
-        PERFORM set_config('synchronous_commit', 'off', true);
-    END IF;
-    IF NOT oarlock_fenced(fence_run, fence_epoch, fence_owner) THEN
+    IF NOT oarlock_start(lazy, fence_run, fence_epoch, fence_owner) THEN
         RETURN 'slow';
     END IF;
     SELECT i.chain, r.status INTO target, found_status
