@@ -80,6 +80,10 @@ class Counting:
                 counter.lazy += 1
                 return await gov.finish(*a, **k)
 
+            async def record(self, *a: Any, **k: Any) -> Any:  # a read: claim and receipt
+                counter.lazy += 1
+                return await gov.record(*a, **k)
+
         self._gov = Gov()
 
     def governance(self) -> Any:

@@ -11,7 +11,8 @@ calls between the parts. The runs go one after another, so the timers never over
 - tool planning: the model's calls matched to tools, arguments checked
 - governed executor: policy, approval check, the invocation and receipt records, their
   hashes, the idempotency key (the store calls below left out)
-- governance store: the claim with its invocation, the receipt with its artifact, and
+- governance store: a read's one write after it ran (its claim with its invocation, the
+  receipt with its artifact), or the claim and the receipt of any other call, and
   their ledger entries, as written by the store (JCS bytes, entry hashes, statements)
 - run store: a step's commit (the document's JSON, its events, the statements)
 - SQLite commits: ``COMMIT`` itself, flushed (``synchronous=FULL``) or not (``NORMAL``)
@@ -168,7 +169,7 @@ def instrument(timer: Timer) -> list[Callable[[], None]]:
         for attr in ("save", "create"):
             undo.append(_wrap_async(timer, store, attr, "run store"))
     for gov in (MemoryGovernanceStore, SQLiteGovernanceStore):
-        for attr in ("begin", "finish", "take_over", "refuse"):
+        for attr in ("begin", "finish", "record", "take_over", "refuse"):
             undo.append(_wrap_async(timer, gov, attr, "governance store"))
     undo.append(_wrap_sync(timer, _codec, "dump_run_json", "run store"))
     return undo

@@ -228,6 +228,22 @@ class ValidatingGovernanceStore:
         self._check(receipt, "receipt")
         await self.inner.refuse(invocation, receipt, at, fence=fence)
 
+    async def record(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> ClaimHeld | None:
+        self._check(invocation, "invocation")
+        self._check(receipt, "receipt")
+        return await self.inner.record(
+            invocation, claim, receipt, result=result, at=at, fence=fence
+        )
+
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         return await self.inner.claim_of(tenant_id, tool_id, key)
 

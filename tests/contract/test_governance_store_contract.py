@@ -164,6 +164,36 @@ async def test_refuse_stores_the_invocation_and_its_denied_receipt(store) -> Non
     assert await store.claim_of("acme", "charge", "k1") is None
 
 
+async def test_record_writes_a_call_that_ran_in_one_step_or_gives_the_holder(store) -> None:
+    read, again = invocation(), invocation()
+    receipt = receipt_for(read) | {"finishedAt": "2026-01-01T00:00:01.000000Z"}
+    receipt["resultRef"] = artifact_ref(b"found")
+    assert await store.record(read, claim_for(read), receipt, result=b"found", at=NOW) is None
+    assert await store.load(read["invocationId"]) == (read, receipt)
+    assert await store.artifact(artifact_ref(b"found")) == b"found"
+    entries = await store.ledger()
+    assert [(e.kind, e.at) for e in entries] == [
+        ("invocation", NOW),
+        ("receipt", "2026-01-01T00:00:01.000000Z"),
+    ]
+    assert verify_chain(entries).ok
+    assert await store.open_claims() == []
+    later = receipt_for(again) | {"finishedAt": NOW}
+    held = await store.record(again, claim_for(again), later, result=b"other", at=NOW)
+    assert held is not None and held.claim == claim_for(read) and held.receipt == receipt
+    with pytest.raises(NotFound):
+        await store.load(again["invocationId"])  # nothing of the loser was written
+    with pytest.raises(NotFound):
+        await store.artifact(artifact_ref(b"other"))
+    assert await store.ledger() == entries
+    # a key claimed by begin (a call still running) is held against record too
+    running, late = invocation("k2"), invocation("k2")
+    await store.begin(running, claim_for(running), approval_id=None, grant=None, at=NOW)
+    held = await store.record(late, claim_for(late), receipt_for(late) | {"finishedAt": NOW},
+                              result=None, at=NOW)  # fmt: skip
+    assert held is not None and held.claim == claim_for(running) and held.receipt is None
+
+
 async def test_reconcile_appends_only_to_uncertain_receipts(store) -> None:
     ok, unsure = invocation("a"), invocation("b")
     for inv, status in ((ok, "Succeeded"), (unsure, "Uncertain")):

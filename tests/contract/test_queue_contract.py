@@ -320,6 +320,9 @@ def test_governance_writes_are_fenced_by_the_runs_lease(store: Any) -> None:
         run(gov.finish(receipt(kept), result=b"x", at=now_rfc3339(), fence=old))
     with pytest.raises(LeaseLost):
         run(gov.refuse(late, receipt(late, "Denied"), now_rfc3339(), fence=old))
+    with pytest.raises(LeaseLost):
+        run(gov.record(late, claim_of(late, "r1", old.epoch), receipt(late), result=b"z",
+                       at=now_rfc3339(), fence=old))  # fmt: skip
     retry = {**kept, "invocationId": str(uuid.uuid4())}
     with pytest.raises(LeaseLost):
         run(gov.take_over(claim_of(kept, "r1", old.epoch), claim_of(retry, "r1", old.epoch),

@@ -6,8 +6,12 @@ from another process.
 
 DB is an SQLite file or a ``postgresql://`` URL (:func:`open_runs`).
 
-TOOL is ``charge`` (a ``spend`` tool keyed by its order id, the default) or ``lookup`` (a
-``read`` tool, one key per call of the run). Either tool's side effect is one line
+TOOL is ``charge`` (a ``spend`` tool keyed by its order id, the default), ``lookup`` (a
+``read`` tool, one key per call of the run, called as a drive calls it right after the
+model's response, ``CallContext.fresh``: it runs first and is recorded with its claim
+and receipt in one write, the store's ``record``) or ``lookup-replayed`` (the same tool
+called in a replay of another run, which claims it before it runs, as ``charge`` is
+claimed). Each tool's side effect is one line
 appended to EFFECTS_FILE (flushed and fsynced before the tool returns), so the file
 counts how often the tool really ran. MODE picks where the process dies:
 
@@ -16,10 +20,11 @@ counts how often the tool really ran. MODE picks where the process dies:
 * ``before-claim``: on entry to the store's ``begin`` (nothing of the call is stored);
 * ``after-claim``: right after ``begin`` took the claim (the invocation is committed) and
   before the tool starts;
-* ``after-tool``: on entry to the store's ``finish`` (the tool ran, no receipt is stored).
+* ``after-tool``: on entry to the store's ``finish``, or its ``record`` (the tool ran, no
+  receipt is stored).
 
 Every process makes the same call: run ``RUN_ID``, call ``CALL_ID``, turn 1, tenant
-``acme``, arguments ``ARGUMENTS`` (``charge``) or ``LOOKUP_ARGUMENTS`` (``lookup``).
+``acme``, arguments ``ARGUMENTS`` (``charge``) or ``LOOKUP_ARGUMENTS`` (the lookups).
 
 The module also holds what the concurrency tests share with their spawned processes: the
 tools, the policy, and :func:`process_worker`.
@@ -28,6 +33,7 @@ tools, the policy, and :func:`process_worker`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -48,6 +54,7 @@ from oarlock.tools import Tool, tool
 
 RUN_ID = "run-crash"
 CALL_ID = "c1"
+REPLAYED_RUN_ID = "run-replayed"  # the run a ``lookup-replayed`` call's run replays
 AGENT = "driver"
 TENANT = "acme"
 ARGUMENTS: dict[str, Any] = {"order_id": "A-1", "amount": 25}
@@ -176,14 +183,28 @@ class CrashingStore(ValidatingGovernanceStore):
             die()
         await super().finish(receipt, result=result, at=at, fence=fence)
 
+    async def record(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Any = None,
+    ) -> ClaimHeld | None:
+        if self.mode == "after-tool":
+            die()
+        return await super().record(invocation, claim, receipt, result=result, at=at, fence=fence)
+
 
 async def main(db: str, mode: str, effects: str, which: str = "charge") -> int:
     if which == "charge":
         the_tool, arguments = make_charge(effects), dict(ARGUMENTS)
-    elif which == "lookup":
+    elif which in ("lookup", "lookup-replayed"):
         the_tool, arguments = make_lookup(effects), dict(LOOKUP_ARGUMENTS)
     else:
-        raise SystemExit(f"unknown tool {which!r}; use charge or lookup")
+        raise SystemExit(f"unknown tool {which!r}; use charge, lookup or lookup-replayed")
     runs = open_runs(db)
     store = CrashingStore(runs.governance(), mode)
     assert isinstance(store, GovernanceStore)
@@ -191,6 +212,10 @@ async def main(db: str, mode: str, effects: str, which: str = "charge") -> int:
     call = make_call(the_tool.name, arguments)
     validated = the_tool.validate_arguments(arguments)
     ctx = context()
+    if which == "lookup":  # made as a drive makes a call of the model response it just got
+        ctx = dataclasses.replace(ctx, fresh=True)
+    elif which == "lookup-replayed":
+        ctx = dataclasses.replace(ctx, replay_of=REPLAYED_RUN_ID)
     part = await executor.execute(the_tool, call, validated, ctx)
     key = the_tool.idempotency_key(validated) if the_tool.idempotency_key else None
     held = await store.claim_of(

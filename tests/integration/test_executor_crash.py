@@ -8,7 +8,10 @@ protocol; a fresh process then makes the same call (same run, call id and argume
   call is never run again; the recovering process records an Uncertain receipt for the
   first invocation and tells the model the outcome is unknown; later processes replay
   that very receipt;
-* a ``read`` call cut off the same way runs again as a new attempt of the same step;
+* a ``read`` call claimed before it ran (in a replay) and cut off the same way runs again
+  as a new attempt of the same step;
+* a plain ``read`` call, which runs before its claim, invocation and receipt are written
+  in one write, cut off before that write leaves nothing and runs again;
 * an operator's reconciliation of the Uncertain receipt is appended, never an edit.
 
 The scenarios run stage by stage (every crash, then every recovery, then every replay),
@@ -52,8 +55,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "charge-before-claim": ("charge", "before-claim"),
     "charge-after-claim": ("charge", "after-claim"),
     "charge-after-tool": ("charge", "after-tool"),
-    "lookup-after-claim": ("lookup", "after-claim"),
-    "lookup-after-tool": ("lookup", "after-tool"),
+    "lookup-after-claim": ("lookup-replayed", "after-claim"),
+    "lookup-after-tool": ("lookup-replayed", "after-tool"),
+    "lookup-before-record": ("lookup", "after-tool"),
 }
 # the scenarios a third process replays (a process start is the slow part of these tests)
 REPLAYED = ("charge-after-claim", "charge-after-tool")
@@ -128,6 +132,7 @@ def lines_of(path: Path) -> list[str]:
 
 def snapshot(paths: Paths) -> Snapshot:
     key = CHARGE_KEY if paths.tool == "charge" else LOOKUP_KEY
+    tool_name = "charge" if paths.tool == "charge" else "lookup"
 
     async def go() -> Snapshot:
         async with drv.open_runs(paths.db) as runs:
@@ -137,7 +142,7 @@ def snapshot(paths: Paths) -> Snapshot:
                 await store.ledger(),
                 await store.receipts(),
                 await store.open_claims(),
-                await store.claim_of(drv.TENANT, paths.tool, key),
+                await store.claim_of(drv.TENANT, tool_name, key),
             )
 
     return asyncio.run(go())
@@ -211,6 +216,7 @@ def first_invocation_id(s: Scenario) -> str:
         ("charge-after-tool", 1, ["approval", "invocation"]),
         ("lookup-after-claim", 0, ["invocation"]),
         ("lookup-after-tool", 1, ["invocation"]),
+        ("lookup-before-record", 1, []),
     ],
 )
 def test_crash_point_leaves(
@@ -353,6 +359,28 @@ def test_cut_off_read_call_runs_again_as_a_new_attempt(
             assert receipt is None
 
     asyncio.run(first_has_no_receipt())
+
+
+def test_a_plain_read_cut_off_before_its_record_runs_again(
+    scenarios: dict[str, Scenario],
+) -> None:
+    s = scenarios["lookup-before-record"]
+    result = s.recovery.result
+    assert result["is_error"] is False, result
+    assert unfence(result["content"]) == LOOKUP_TEXT
+    snap = s.after_recovery
+    assert len(snap.lines) == 2  # at least once: it ran before the crash, and again
+    (stored,) = snap.receipts
+    assert stored.status == "Succeeded"
+    assert stored.invocation["stepId"] == step_uuid(drv.RUN_ID, 1)
+    assert stored.invocation["idempotencyKey"] == LOOKUP_KEY
+    assert result["receipt"] == stored.receipt
+    assert kinds(snap) == ["invocation", "receipt"]
+    assert snap.open_claims == []
+    assert snap.held is not None
+    assert snap.held.claim.invocation_id == stored.invocation_id
+    assert snap.held.receipt == stored.receipt
+    assert verify_chain(snap.ledger).ok
 
 
 # --- reconciliation ----------------------------------------------------------------------

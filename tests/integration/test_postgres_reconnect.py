@@ -215,13 +215,13 @@ async def test_tasks_that_first_use_a_store_at_once_share_one_pool(
 
 def _committed(query: Any, params: Any, cursor: Any) -> bool:
     """Whether a statement committed a write the store used to make in BEGIN ... COMMIT:
-    a claim or a receipt in one statement (its outcome 'ok'), a creation, or a save
-    without a flush (given ``lazy``) that took (a row)."""
+    a claim, a receipt or a read's record in one statement (its outcome 'ok'), a
+    creation, or a save without a flush (given ``lazy``) that took (a row)."""
     from oarlock.store._postgres_base import pg_queries
 
     gov = pg_queries("postgres_governance.sql")
     runs = pg_queries("postgres_queries.sql")
-    if query in (gov["begin_fast"], gov["finish_fast"]):
+    if query in (gov["begin_fast"], gov["finish_fast"], gov["record_fast"]):
         return bool(cursor.pgresult.get_value(0, 0) == b"ok")
     if not (isinstance(params, dict) and params.get("lazy") is True):
         return False

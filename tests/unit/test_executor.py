@@ -28,6 +28,7 @@ from oarlock.testing import ValidatingGovernanceStore
 from oarlock.tools import ToolEffect, ToolOutput, tool
 
 CTX = CallContext("run-1", "agent", {"tenantId": "acme"}, 1)
+FRESH = CallContext("run-1", "agent", {"tenantId": "acme"}, 1, fresh=True)  # just answered
 ALLOW_CHARGE = RulePolicy.from_dict(
     {
         "policy": "t",
@@ -454,6 +455,59 @@ async def test_an_in_progress_duplicate_waits_then_is_refused(env) -> None:
     assert log == []
     held = await store.claim_of("acme", "lookup", "run:run-1:call:c1")
     assert isinstance(held, ClaimHeld) and held.receipt is None
+    # the same call made fresh (its model response just came) runs before its claim: it
+    # ran, and its result is not used while the holder runs
+    result = await ex.execute(tools["lookup"], call("lookup", args), args, FRESH)
+    assert result.is_error and "idempotency_in_progress" in result.content
+    assert log == [("lookup", "k")]
+    assert "ran, but its result is not used" in result.content
+    held = await store.claim_of("acme", "lookup", "run:run-1:call:c1")
+    assert isinstance(held, ClaimHeld) and held.receipt is None
+    assert held.claim.invocation_id == first["invocationId"]
+    kept = [e.body for e in await store.ledger() if e.kind == "receipt"]
+    assert [(r["status"], r["error"]["code"]) for r in kept] == [
+        ("Denied", "idempotency_in_progress"),  # not run
+        ("Failed", "idempotency_in_progress"),  # run, its result not used
+    ]
+
+
+async def test_a_plain_read_is_claimed_and_received_in_one_write(env) -> None:
+    store, log, tools = env
+    args = {"key": "k"}
+    writes: list[str] = []
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            method = getattr(store, name)
+            if name in ("begin", "finish", "record", "refuse", "take_over"):
+                writes.append(name)
+            return method
+
+    result = await GovernedExecutor(Spy()).execute(  # type: ignore[arg-type]
+        tools["lookup"], call("lookup", args), args, FRESH
+    )
+    assert not result.is_error and log == [("lookup", "k")]
+    assert writes == ["record"]
+    invocation, receipt = await only_receipt(store)
+    assert_valid_records(invocation, receipt)
+    assert [e.kind for e in await store.ledger()] == ["invocation", "receipt"]
+    held = await store.claim_of("acme", "lookup", invocation["idempotencyKey"])
+    assert held is not None and held.receipt == receipt
+    # made fresh again (a worker that lost the lease, say): it runs, finds its key recorded
+    # and replays that receipt
+    again = await GovernedExecutor(store).execute(
+        tools["lookup"], call("lookup", args), args, FRESH
+    )
+    assert unfence(again.content) == unfence(result.content)
+    assert log == [("lookup", "k")] * 2
+    # made in a resumed step: the key is looked up first, and the receipt replayed unrun
+    writes.clear()
+    resumed = await GovernedExecutor(Spy()).execute(  # type: ignore[arg-type]
+        tools["lookup"], call("lookup", args), args, CTX
+    )
+    assert unfence(resumed.content) == unfence(result.content)
+    assert log == [("lookup", "k")] * 2 and writes == ["begin"]
+    assert [e.kind for e in await store.ledger()] == ["invocation", "receipt"]
 
 
 async def test_a_tool_that_cannot_tell_its_outcome_is_uncertain_when_it_has_effects(env) -> None:

@@ -349,10 +349,13 @@ class Runner(Conversations, Decisions):
         )
 
     # -- internals --------------------------------------------------------------------
-    def _ctx(self, doc: RunDocument, fence: Lease | None = None) -> CallContext:
+    def _ctx(self, doc: RunDocument, fence: Lease | None = None, fresh: bool = False
+             ) -> CallContext:  # fmt: skip
+        """The context of the calls of ``doc``'s next step; ``fresh``: the step follows
+        a model response received in this drive (see ``CallContext.fresh``)."""
         return CallContext(
             doc.id, doc.agent, self.agent.scope, doc.turns, self.replay_of, fence,
-            self._deps.get(doc.id),
+            self._deps.get(doc.id), fresh=fresh,
         )  # fmt: skip
 
     async def _update(
@@ -531,12 +534,14 @@ class Runner(Conversations, Decisions):
         try:
             if expired := core.expire_approvals(doc, self.clock()):
                 version = await self._commit(doc, version, expired, fence)
+            answered = False  # the last step received a model response
             while True:
                 action = core.next_action(doc, self.agent.limits)
                 if isinstance(action, core.Idle) or (self.pause is not None and self.pause()):
                     return doc
-                events, flush = await self._step(doc, action, fence)
+                events, flush = await self._step(doc, action, fence, answered)
                 version = await self._commit(doc, version, events, fence, flush=flush)
+                answered = isinstance(action, core.CallModel)
         except _CancelledElsewhere as stop:
             return stop.stored
         except asyncio.CancelledError:
@@ -570,7 +575,7 @@ class Runner(Conversations, Decisions):
             )
 
     async def _step(
-        self, doc: RunDocument, action: core.Action, fence: Lease | None
+        self, doc: RunDocument, action: core.Action, fence: Lease | None, fresh: bool = False
     ) -> tuple[list[Event], bool]:
         """Take one step; its events, and whether its commit must wait for the disk.
 
@@ -586,7 +591,7 @@ class Runner(Conversations, Decisions):
             return core.halt(doc, action, self.clock()), True
         if isinstance(action, core.CallModel):
             return await self._model_turn(doc), True
-        ctx = self._ctx(doc, fence)
+        ctx = self._ctx(doc, fence, fresh)
         if isinstance(action, core.PlanTools):
             planned = [plan_call(c, self.agent.tools, self.executor, ctx) for c in action.calls]
             results = await self._watch(doc.id, self._run_planned(planned, ctx))

@@ -45,6 +45,7 @@ class _Call:
     now: str
     bytes_in: int  # size of the canonical arguments
     sandbox: SandboxPlan | None = None  # how a ``sandbox``-class call runs
+    unclaimed: bool = False  # a plain read of its own key, claimed after it ran (_plain)
 
 
 @dataclass(slots=True)
@@ -76,7 +77,16 @@ def _context(c: _Call) -> RunContext[Any] | None:
 def _plain(tool: Tool, verdict: PolicyVerdict, ctx: CallContext) -> bool:
     """A call that the policy allows, that needs no approval, is no replay and runs
     outside the sandbox (a ``read`` call): nothing stands between it and its claim, so the
-    store's claim (which gives the holder of a key already held) needs no look first."""
+    store's claim (which gives the holder of a key already held) needs no look first.
+
+    With the key of its own call (``run:<run>:call:<id>``: the tool declares none), made
+    in the drive that received its model response (``CallContext.fresh``), it runs before
+    it is claimed, and its claim, invocation and receipt are written after it in one write
+    (the store's ``record``): no earlier attempt can hold that key, and should a worker
+    that lost the run's lease run it too, running a read twice changes nothing. A call of
+    a resumed step may have a receipt already, and a read with a key of its own making
+    may share it with other calls and runs: those are claimed first, so that they wait
+    for the holder and replay its receipt rather than run."""
     return (
         verdict.effect == "allow"
         and tool.side_effect not in APPROVAL_REQUIRED_CLASSES

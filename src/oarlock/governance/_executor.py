@@ -123,6 +123,9 @@ class CallContext:
     # orchestrator retrying the activity that made it): a claim of this run left without a
     # receipt is stale at once, whatever its owner looks like from here
     retried: bool = False
+    # the call's model response came in this very drive, which then runs its calls: no
+    # earlier attempt of them can hold their keys, so a plain read runs before its claim
+    fresh: bool = False
 
     @property
     def tenant(self) -> str:
@@ -290,7 +293,10 @@ class GovernedExecutor:
         except _Refused as refusal:
             c.invocation["idempotencyKey"] = f"unkeyed:{c.invocation['invocationId']}"
             return await self._deny(c, refusal)
-        if _plain(tool, verdict, ctx):  # the claim, or the one that holds the key, at once
+        if _plain(tool, verdict, ctx):  # no look at the key first: the store's claim gives it
+            if ctx.fresh and tool.idempotency_key is None:  # a key no one holds: run now
+                c.unclaimed = True
+                return await self._run(c)
             return await self._begin(c, None, None)
         held = await self.store.claim_of(ctx.tenant, tool.name, c.invocation["idempotencyKey"])
         if held is not None:
@@ -652,9 +658,16 @@ class GovernedExecutor:
             sandbox=out.sandbox,
         )
         try:
-            await self.store.finish(
-                receipt, result=raw, at=receipt["finishedAt"], fence=c.ctx.fence
-            )
+            if c.unclaimed:
+                held = await self.store.record(
+                    c.invocation, self._claim(c), receipt, result=raw, at=c.now, fence=c.ctx.fence
+                )
+                if held is not None:  # a duplicate holds the key: its outcome stands
+                    return await self._held(c, held)
+            else:
+                await self.store.finish(
+                    receipt, result=raw, at=receipt["finishedAt"], fence=c.ctx.fence
+                )
             self._observe(c, receipt)
         except LeaseLost:  # the run is another's now: it records the outcome as Uncertain
             raise
@@ -729,15 +742,16 @@ class GovernedExecutor:
             invocation["approvalId"] = NO_APPROVAL
         receipt = self._receipt(
             invocation,
-            "Denied",
+            "Failed" if c.unclaimed else "Denied",  # a plain read is refused after it ran
             bytes_in=c.bytes_in,
             started=c.now,
             error=(refusal.code, refusal.message),
         )
         await self.store.refuse(invocation, receipt, c.now, fence=c.ctx.fence)
         self._observe(c, receipt, invocation=invocation)
+        what = "ran, but its result is not used" if c.unclaimed else "was not run"
         return error_result(
-            c.call, f"Tool {c.call.name!r} was not run: {refusal.message} ({refusal.code})."
+            c.call, f"Tool {c.call.name!r} {what}: {refusal.message} ({refusal.code})."
         )
 
     def _result(self, call: ToolCallPart, text: str) -> ToolResultPart:

@@ -121,6 +121,23 @@ class GovernanceStore(Protocol):
         """An invocation that never ran, with its Denied receipt, in one transaction."""
         ...
 
+    async def record(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> ClaimHeld | None:
+        """:meth:`begin` (no approval) and :meth:`finish` in one transaction, for a call
+        that ran before it was claimed (a ``read`` call the policy allows): the claim, the
+        invocation's entry at ``at``, the result and the receipt's entry at its
+        ``finishedAt``. When the key is held already, nothing is written and the holder
+        is returned, as :meth:`begin` returns it."""
+        ...
+
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         """Who holds the key, with its receipt and its run's current lease epoch."""
         ...
@@ -336,6 +353,30 @@ class MemoryGovernanceStore:
             self._invocations[invocation["invocationId"]] = invocation
             self._append("invocation", at, invocation)
             self._finish(receipt, None, at)
+
+    async def record(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> ClaimHeld | None:
+        key = (claim.tenant_id, claim.tool_id, claim.idempotency_key)
+        with self._lock:  # one step: the claim, the invocation and its receipt, or none
+            self._fenced(fence)
+            held = self._claims.get(key)
+            if held is not None:
+                return self._held(held)
+            if receipt["invocationId"] in self._receipts:
+                raise ConflictError("the invocation has a receipt already", code="receipt_exists")
+            self._claims[key] = claim
+            self._invocations[invocation["invocationId"]] = invocation
+            self._append("invocation", at, invocation)
+            self._finish(receipt, result, receipt["finishedAt"])
+            return None
 
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         with self._lock:

@@ -21,11 +21,13 @@ written; the share lock holds a later claim of the run back until this commits.
 
 **One statement per call, usually.** ``begin`` and ``finish``, the two writes of every
 governed call, first try the functions ``oarlock_begin`` and ``oarlock_finish`` (migration
-0003): one statement, one round trip, its own transaction, which does the same steps in the
-same order (the fence, the claim, the head, the entries with their hashes computed by
-``oarlock_entry_hash``, byte for byte :func:`entry_hash_canonical`, the index rows, the
-head moved). They do the usual case only: a fence that does not hold, a claim held, an
-approval used, an invocation without one or with a receipt already, a unique key taken, an
+0003), and ``record``, the one write of a read that ran before it was claimed, the
+function ``oarlock_record`` (migration 0004), which calls the two: one statement, one
+round trip, its own transaction, which does the same steps in the same order (the fence,
+the claim, the head, the entries with their hashes computed by ``oarlock_entry_hash``,
+byte for byte :func:`entry_hash_canonical`, the index rows, the head moved). They do the
+usual case only: a fence that does not hold, a claim held, an approval used, an invocation
+without one or with a receipt already, a unique key taken, an
 entry whose time needs escaping in JSON make them write nothing (they return ``'slow'`` or
 roll back with SQLSTATE ``OA001``), and the method's transaction of several statements
 runs, on the same connection, and says why it refuses (or, run again after the server
@@ -405,6 +407,51 @@ class PostgresGovernanceStore:
             await self._insert_receipt(conn, receipt, result, at, None)
 
         await self._runs.run("writing a receipt", work, sync=False, fast=fast)
+
+    async def record(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> ClaimHeld | None:
+        appender = _Appender(chain_of(invocation.get("scope")))
+        appender.add("invocation", at, invocation, "insert_invocation", _invocation_row(invocation))
+        finished = receipt["finishedAt"]
+        params = {
+            **_claim_params(claim),
+            **_fence_params(fence),
+            "lazy": True,
+            "chain": appender.chain,
+            "at": at,
+            "invocation_body": appender.entries[0][2].decode("utf-8"),
+            "invocation_run": invocation["runId"],
+            "status": receipt["status"],
+            "finished_at": finished,
+            "receipt_body": canonicalize(receipt).decode("utf-8"),
+            "ref": None if result is None else artifact_ref(result),
+            "data": result,
+        }
+
+        async def fast(conn: AsyncConnection[Any]) -> ClaimHeld | Slow | None:
+            return None if await _fast(conn, "record_fast", params) else SLOW
+
+        async def work(conn: AsyncConnection[Any]) -> ClaimHeld | None:
+            await _check_fence(conn, fence)
+            if await _count(conn, "insert_claim", _claim_params(claim)) != 1:
+                key = (claim.tenant_id, claim.tool_id, claim.idempotency_key)
+                held = await self._held(conn, *key)
+                mine = held is not None and held.claim.invocation_id == claim.invocation_id
+                if run_again() and mine:
+                    return None  # this record's own first try committed (see run_again)
+                return held
+            await self._insert_receipt(conn, receipt, result, finished, appender)
+            return None
+
+        return await self._runs.run("recording a call", work, sync=False, fast=fast)
 
     async def _insert_receipt(
         self,

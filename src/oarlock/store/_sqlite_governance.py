@@ -9,7 +9,8 @@ processes extend one chain without forks. The idempotency claim is a unique inse
 
 What is flushed to disk before a method returns: reconciliations, checkpoints and the
 claim of a side-effecting call (it must be durable before the effect starts). A ``read``
-or ``sandbox`` claim, a receipt, a refused call and an approval are committed atomically
+or ``sandbox`` claim, a receipt, a read recorded after it ran (``record``: its claim,
+invocation and receipt), a refused call and an approval are committed atomically
 but flushed by the next flushed commit, which the runner makes before anything is
 acknowledged: the run document that records the decision or hands the result to the
 model. A power cut before
@@ -376,6 +377,25 @@ class SQLiteGovernanceStore:
             self._fenced(conn, fence)
             self._insert_invocation(conn, invocation, at)
             self._insert_receipt(conn, receipt, None, at)
+
+    async def record(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+        fence: Lease | None = None,
+    ) -> ClaimHeld | None:
+        conn = self._runs.db()
+        with self._runs.transaction("recording a call", flush=False):
+            self._fenced(conn, fence)
+            if conn.execute(_q("insert_claim"), _claim_params(claim)).rowcount != 1:
+                return self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
+            self._insert_invocation(conn, invocation, at)
+            self._insert_receipt(conn, receipt, result, receipt["finishedAt"])
+        return None
 
     async def reconcile(self, reconciliation: Reconciliation) -> None:
         conn = self._runs.db()

@@ -172,6 +172,17 @@ SELECT oarlock_finish(
     %(invocation_id)s::text, %(status)s::text, %(at)s::text, %(receipt_body)s::text,
     %(ref)s::text, %(data)s::bytea) AS outcome;
 
+-- name: record_fast
+-- record in one statement (the function of migration 0004), as begin_fast.
+SELECT oarlock_record(
+    %(lazy)s::boolean, %(fence_run)s::text, %(fence_epoch)s::bigint, %(fence_owner)s::text,
+    %(tenant_id)s::text, %(tool_id)s::text, %(idempotency_key)s::text,
+    %(invocation_id)s::text, %(arguments_hash)s::text, %(owner)s::text,
+    %(claimed_at)s::text, %(lease_until)s::double precision, %(run_id)s::text,
+    %(epoch)s::bigint, %(chain)s::text, %(at)s::text, %(invocation_body)s::text,
+    %(invocation_run)s::text, %(status)s::text, %(finished_at)s::text,
+    %(receipt_body)s::text, %(ref)s::text, %(data)s::bytea) AS outcome;
+
 -- name: entry_hash
 -- The entry hash as the database computes it (NULL when it is written in Python).
 SELECT oarlock_entry_hash(%(seq)s::bigint, %(kind)s::text, %(at)s::text, %(body)s::text,
