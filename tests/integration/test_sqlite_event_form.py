@@ -1,7 +1,8 @@
 """The stored form of events in SQLite (schema version 6): data of 64 bytes of JSON or more
 compressed with the events' preset dictionary, smaller data and the events of earlier
 versions as JSON text, all read back as written; a damaged or unknown row is refused with
-an IntegrityError that names the run and the event."""
+an IntegrityError that names the run and the event. Version 6 also drops an index no query
+reads (invocations_by_run)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,11 @@ def test_a_runs_events_take_less_than_half_their_json(tmp_path: Path) -> None:
     assert kept < as_json * 0.45, (kept, as_json)
 
 
+def indexes(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+
+
 def as_version_5(path: Path) -> None:
     """A file as version 5 wrote it: its schema, a run and two events as JSON text."""
     conn = sqlite3.connect(path)
@@ -130,6 +136,7 @@ def as_version_5(path: Path) -> None:
 def test_a_version_5_file_keeps_its_events_and_appends_packed_ones(tmp_path: Path) -> None:
     path = tmp_path / "v5.db"
     as_version_5(path)
+    assert "invocations_by_run" in indexes(path)
     before = stored(path)
     assert all(isinstance(d, str) for d in before)
 
@@ -149,6 +156,7 @@ def test_a_version_5_file_keeps_its_events_and_appends_packed_ones(tmp_path: Pat
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == _sqlite.schema_version()
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert "invocations_by_run" not in indexes(path)  # read by no query (0006)
 
 
 def bomb() -> bytes:

@@ -1,4 +1,4 @@
--- 0006: fewer bytes per event.
+-- 0006: fewer bytes per event and per call.
 --
 -- Values: from this version on, an event's data may be compressed: a BLOB of one format
 -- byte (2) and a DEFLATE stream made with a preset dictionary of the members of events (see
@@ -9,3 +9,9 @@
 -- corrupt one, away from the file.
 --
 -- events is not rebuilt: in a column of TEXT affinity a BLOB is kept as it is.
+--
+-- invocations_by_run goes: no query reads it (the receipts of one run are found by a walk
+-- of the receipts newest first, through receipts' UNIQUE (ledger_seq), as every receipt
+-- is), and every call wrote an entry to it: some 75 bytes a call, and the pages they fill.
+
+DROP INDEX invocations_by_run;
