@@ -9,8 +9,8 @@ bytes are unique across the file: 1 names the ledger's dictionary
 A compressor primed with the dictionary is made once and copied for each value: a copy
 costs less than making one and setting its dictionary. Level 1 and memLevel 4 (a small hash
 table, for inputs of a few hundred bytes): the cheapest settings measured, for 2% more
-bytes than level 6. Packing a value of 200 bytes takes about 8 microseconds, unpacking
-it 2."""
+bytes than level 6. Packing a value of 200 bytes takes about 47,000 instructions (8
+microseconds in a loop of its own), unpacking it about 2 microseconds."""
 
 from __future__ import annotations
 

@@ -34,9 +34,10 @@ BLOB of a format byte (2) and a raw DEFLATE stream made with a preset dictionary
 members of events (``_EVENT_DICTIONARY``; see ``_packing``). Each event is a row of its own,
 written in the save that makes it, so each is compressed alone: the dictionary gives it
 the member names it cannot find in itself. The events of a 10-turn run take 2.6 KB rather
-than 5.5, for about 8 microseconds an event. Events written before, and smaller ones, are
-JSON text; a BLOB that starts with ``{`` is JSON too, and any other BLOB must be whole and
-of a known format, else reading the run's events raises IntegrityError.
+than 5.5; packing one costs about 47,000 instructions (8 microseconds in a loop of its
+own), some 4% of a turn's instructions on SQLite. Events written before, and smaller ones,
+are JSON text; a BLOB that starts with ``{`` is JSON too, and any other BLOB must be whole
+and of a known format, else reading the run's events raises IntegrityError.
 
 The database file is created readable and writable by its owner only (0600; SQLite gives its
 ``-wal``, ``-shm`` and journal files the same mode), and every folder made for it is 0700.
@@ -290,9 +291,8 @@ def _event_rows(run_id: str, events: list[Event]) -> list[dict[str, Any]]:
 
     rows = []
     for kind, at, text in event_rows(run_id, events):
-        data: str | bytes = text
-        if len(text) >= _EVENT_PACK_FROM:  # characters: as many bytes or more
-            data = _event_packing().pack(text.encode("utf-8"))
+        raw = text.encode("utf-8")
+        data = _event_packing().pack(raw) if len(raw) >= _EVENT_PACK_FROM else text
         rows.append({"run_id": run_id, "kind": kind, "at": at, "data": data})
     return rows
 
