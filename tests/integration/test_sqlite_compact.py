@@ -74,7 +74,8 @@ def contents(path: Path) -> dict[str, Any]:
 
 def as_version_2(source: Path, target: Path) -> None:
     """Write into ``target`` the data of ``source`` laid out as a version-2 store wrote it:
-    the schema of migrations 1 and 2, events keyed by their run's id, documents as JSON."""
+    the schema of migrations 1 and 2, events keyed by their run's id, documents and event
+    data as JSON."""
     conn = sqlite3.connect(target)
     for _, script in _sqlite._migrations()[:2]:
         conn.executescript(script)
@@ -107,6 +108,12 @@ def as_version_2(source: Path, target: Path) -> None:
         for run_id, document in conn.execute("SELECT id, document FROM runs").fetchall():
             conn.execute(
                 "UPDATE runs SET document = ? WHERE id = ?", (zlib.decompress(document), run_id)
+            )
+        packed = "SELECT run_id, seq, data FROM events WHERE typeof(data) = 'blob'"
+        for run_id, seq, data in conn.execute(packed).fetchall():  # JSON text, as then
+            text = _sqlite._compact(_sqlite._event_data(run_id, seq, data))
+            conn.execute(
+                "UPDATE events SET data = ? WHERE run_id = ? AND seq = ?", (text, run_id, seq)
             )
     conn.execute("DETACH DATABASE v3")
     conn.close()

@@ -235,8 +235,8 @@ def test_migrations_create_what_every_named_query_needs(tmp_path: Path) -> None:
     assert schema(path) == {
         "table": ALL_TABLES,
         "index": {"runs_by_created", "runs_by_status", "run_tags_by_value",
-                  "invocations_by_run", "reconciliations_by_invocation", "runs_runnable",
-                  "runs_served", "runs_by_holder", "runs_approval_due"},
+                  "reconciliations_by_invocation", "runs_runnable", "runs_served",
+                  "runs_by_holder", "runs_approval_due"},
         "trigger": {"runs_tags_created", "runs_tags_changed"},
     }
     conn = sqlite3.connect(path)

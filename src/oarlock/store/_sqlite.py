@@ -29,6 +29,16 @@ compressing it each time made a turn about 5% slower. A stored document is compr
 it is a BLOB that does not start with ``{``; anything else is JSON (running runs, and the
 documents written before schema version 3). zlib is imported on first use.
 
+An event's data of 64 bytes of JSON or more is stored compressed (schema version 6 on): a
+BLOB of a format byte (2) and a raw DEFLATE stream made with a preset dictionary of the
+members of events (``_EVENT_DICTIONARY``; see ``_packing``). Each event is a row of its own,
+written in the save that makes it, so each is compressed alone: the dictionary gives it
+the member names it cannot find in itself. The events of a 10-turn run take 2.6 KB rather
+than 5.5; packing one costs about 47,000 instructions (8 microseconds in a loop of its
+own), some 4% of a turn's instructions on SQLite. Events written before, and smaller ones,
+are JSON text; a BLOB that starts with ``{`` is JSON too, and any other BLOB must be whole
+and of a known format, else reading the run's events raises IntegrityError.
+
 The database file is created readable and writable by its owner only (0600; SQLite gives its
 ``-wal``, ``-shm`` and journal files the same mode), and every folder made for it is 0700.
 An existing file or folder keeps its mode. ``create=False`` opens only a database that
@@ -62,6 +72,7 @@ if TYPE_CHECKING:  # pydantic and the store's dataclasses load on first use, not
     # the read-only CLI commands (read_document, read_events, read_runs) need neither
     from oarlock.formats._models import RunDocument
     from oarlock.store._base import Event, RunSummary, StoredRun
+    from oarlock.store._packing import Packing
     from oarlock.store._queue import Lease
     from oarlock.store._sqlite_governance import SQLiteGovernanceStore
 
@@ -241,16 +252,69 @@ def _columns(document: RunDocument) -> dict[str, Any]:
     }
 
 
+# The preset dictionary of stored event data (format byte 2, see oarlock.store._packing):
+# the members of each kind of event, and the values they most often take; fixed once rows
+# use it. The strings an event most often repeats come last (DEFLATE codes near distances
+# shorter).
+_EVENT_DICTIONARY = (
+    '{"text":""}{"toolCallId":"call_","toolName":"","decision":"denied","decidedBy":"",'
+    '"arguments":{},"reason":"","editedArguments":{},"response":"","principal":""}'
+    '"decision":"responded""decision":"approved","decidedBy":"human"'
+    '{"from":"running","to":"failed"}{"from":"running","to":"cancelled"}'
+    '{"from":"running","to":"halted_max_turns"}{"from":"running","to":"halted_budget"}'
+    '{"from":"waiting_approval","to":"running"}{"from":"running","to":"waiting_approval"}'
+    '{"agent":"","model":"","tags":{}}{"toolCallId":"call_","toolName":"","arguments":{}}'
+    '"replayed":true,"spanId":"","status":"Failed","status":"Denied","status":"Uncertain",'
+    '"status":"TimedOut","isError":true,'
+    '{"toolCallId":"call_","toolName":"","isError":false,"contentChars":,"span":{"status":'
+    '"Succeeded","drive":"","driveStartUs":17,"startUs":17,"durationMs":'
+    '{"turn":,"inputTokens":0,"outputTokens":0,"costUsd":0.0,"toolCalls":["call_"],'
+    '"span":{"drive":"","driveStartUs":17,"startUs":17,"durationMs":0.'
+    '{"from":"running","to":"completed"}'
+).encode("ascii")
+_EVENT_FORMAT = 2
+_EVENT_PACK_FROM = 64  # bytes of JSON from which event data is compressed
+# what stored event data may expand to: more is a row made to exhaust memory, read as corrupt
+_MAX_EVENT = 64 * 1024 * 1024
+
+
+@cache
+def _event_packing() -> Packing:
+    from oarlock.store._packing import Packing
+
+    return Packing({_EVENT_FORMAT: _EVENT_DICTIONARY}, _EVENT_FORMAT)
+
+
 def _event_rows(run_id: str, events: list[Event]) -> list[dict[str, Any]]:
+    """The rows of ``events``: data of ``_EVENT_PACK_FROM`` bytes or more compressed."""
     from oarlock.store._base import event_rows
 
-    return [
-        {"run_id": run_id, "kind": kind, "at": at, "data": data}
-        for kind, at, data in event_rows(run_id, events)
-    ]
+    rows = []
+    for kind, at, text in event_rows(run_id, events):
+        raw = text.encode("utf-8")
+        data = _event_packing().pack(raw) if len(raw) >= _EVENT_PACK_FROM else text
+        rows.append({"run_id": run_id, "kind": kind, "at": at, "data": data})
+    return rows
 
 
-def _json(run_id: str, text: str, what: str) -> Any:
+def _event_data(run_id: str, seq: int, stored: Any) -> Any:
+    """The data of a stored event: JSON text, or compressed (a BLOB that does not start
+    with ``{``), which must be whole and of a known format."""
+    if isinstance(stored, bytes) and not stored.startswith(b"{"):
+        packing = _event_packing()
+        if not packing.known(stored):
+            shown = f"byte {stored[0]}" if stored else "nothing"
+            raise IntegrityError(
+                f"run {run_id}: stored data of event {seq} is in an unknown format ({shown})"
+            )
+        unpacked = packing.unpack(stored, _MAX_EVENT)
+        if unpacked is None:
+            raise IntegrityError(f"run {run_id}: stored data of event {seq} is corrupt")
+        stored = unpacked
+    return _json(run_id, stored, f"data of event {seq}")
+
+
+def _json(run_id: str, text: str | bytes, what: str) -> Any:
     try:
         return json.loads(text)
     except (TypeError, ValueError):
@@ -578,7 +642,7 @@ class SQLiteStore(SQLiteQueue):
                 "seq": row["seq"],
                 "kind": row["kind"],
                 "at": row["at"],
-                "data": _json(run_id, row["data"], "event data"),
+                "data": _event_data(run_id, row["seq"], row["data"]),
             }
             for row in rows
             if row["seq"] is not None

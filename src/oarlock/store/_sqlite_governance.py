@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import CanonicalizationError, ConflictError, IntegrityError, NotFound
@@ -63,6 +62,7 @@ from oarlock.governance._records import (
     check_supersedes,
 )
 from oarlock.governance._store import ClaimHeld, artifact_ref
+from oarlock.store._packing import Packing
 from oarlock.store._sqlite import _store_error, named_queries
 
 if TYPE_CHECKING:
@@ -105,15 +105,7 @@ _DICTIONARIES: dict[int, bytes] = {
         '"usage":{"bytesIn":,"bytesOut":,"durationMs":0}}'
     ).encode("ascii"),
 }
-_FORMAT = 1  # the format new rows are written in
-_WBITS = -11  # raw DEFLATE, a 2 KB window: the dictionary and a record fit in it
-# A compressor primed with the dictionary, copied for each body: a copy costs less than
-# making one and setting its dictionary. Level 1 and memLevel 4 (a small hash table, for
-# inputs of a few hundred bytes): the cheapest settings measured, for 2% more bytes than
-# level 6.
-_PRIMED = zlib.compressobj(1, zlib.DEFLATED, _WBITS, 4, zlib.Z_DEFAULT_STRATEGY,
-                           _DICTIONARIES[_FORMAT])  # fmt: skip
-_PREFIX = bytes([_FORMAT])
+_PACKING = Packing(_DICTIONARIES, 1)
 _PACK_FROM = 512  # bytes of JCS from which a body is compressed
 # what a stored body may expand to: more is a row made to exhaust memory, read as corrupt
 _MAX_BODY = 64 * 1024 * 1024
@@ -128,24 +120,16 @@ def pack_body(jcs: bytes) -> bytes | str:
     """The stored form of a ledger body (its JCS bytes): see the module documentation."""
     if len(jcs) < _PACK_FROM:
         return jcs.decode("utf-8")
-    compressor = _PRIMED.copy()
-    return _PREFIX + compressor.compress(jcs) + compressor.flush()
+    return _PACKING.pack(jcs)
 
 
 def unpack_body(stored: Any) -> Any:
     """The JSON text or bytes of a stored ledger body, either form; ``stored`` itself
     when it is no compressed body, and None when it is one that does not decompress (or
     would expand beyond ``_MAX_BODY``)."""
-    if not isinstance(stored, bytes) or not stored or stored[0] not in _DICTIONARIES:
+    if not isinstance(stored, bytes) or not _PACKING.known(stored):
         return stored
-    try:
-        decompressor = zlib.decompressobj(_WBITS, zdict=_DICTIONARIES[stored[0]])
-        data = decompressor.decompress(memoryview(stored)[1:], _MAX_BODY)
-        if decompressor.eof and not decompressor.unused_data:
-            return data
-    except zlib.error:
-        pass
-    return None
+    return _PACKING.unpack(stored, _MAX_BODY)
 
 
 def pack_hash(text: str) -> bytes | str:
