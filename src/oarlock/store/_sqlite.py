@@ -29,14 +29,15 @@ compressing it each time made a turn about 5% slower. A stored document is compr
 it is a BLOB that does not start with ``{``; anything else is JSON (running runs, and the
 documents written before schema version 3). zlib is imported on first use.
 
-An event's data of 64 bytes of JSON or more is stored compressed (schema version 6 on): a
-BLOB of a format byte (2) and a raw DEFLATE stream made with a preset dictionary of the
-members of events (``_EVENT_DICTIONARY``; see ``_packing``). Each event is a row of its own,
-written in the save that makes it, so each is compressed alone: the dictionary gives it
-the member names it cannot find in itself. The events of a 10-turn run take 2.6 KB rather
-than 5.5; packing one costs about 47,000 instructions (8 microseconds in a loop of its
-own), some 4% of a turn's instructions on SQLite. Events written before, and smaller ones,
-are JSON text; a BLOB that starts with ``{`` is JSON too, and any other BLOB must be whole
+An event's data of 512 bytes of JSON or more is stored compressed (schema version 6 on),
+as a large ledger body is: a BLOB of a format byte (2) and a raw DEFLATE stream made with
+a preset dictionary of the members of events (``_EVENT_DICTIONARY``; see ``_packing``).
+Each event is a row of its own, written in the save that makes it, so each is compressed
+alone: the dictionary gives it the member names it cannot find in itself. The events of a
+turn (200 to 300 bytes each) stay JSON text: packing them took 2.6 KB off a 10-turn run's
+5.5 KB, but each compression sets up a DEFLATE stream with its dictionary, and the turn
+on SQLite took 16% more CPU time (alternating rounds in one process). Events written
+before, and smaller ones, are JSON text; a BLOB that starts with ``{`` is JSON too, and any other BLOB must be whole
 and of a known format, else reading the run's events raises IntegrityError.
 
 The database file is created readable and writable by its owner only (0600; SQLite gives its
@@ -273,7 +274,7 @@ _EVENT_DICTIONARY = (
     '{"from":"running","to":"completed"}'
 ).encode("ascii")
 _EVENT_FORMAT = 2
-_EVENT_PACK_FROM = 64  # bytes of JSON from which event data is compressed
+_EVENT_PACK_FROM = 512  # bytes of JSON from which event data is compressed
 # what stored event data may expand to: more is a row made to exhaust memory, read as corrupt
 _MAX_EVENT = 64 * 1024 * 1024
 

@@ -2,7 +2,7 @@
 --
 -- Values: from this version on, an event's data may be compressed: a BLOB of one format
 -- byte (2) and a DEFLATE stream made with a preset dictionary of the members of events (see
--- oarlock.store._packing and oarlock.store._sqlite); data of fewer than 64 bytes of JSON
+-- oarlock.store._packing and oarlock.store._sqlite); data of fewer than 512 bytes of JSON
 -- stays JSON text, and so do the events written earlier. A BLOB that starts with '{' is
 -- JSON; any other BLOB is compressed, and one of an unknown format byte is refused when it
 -- is read. The version number keeps an older oarlock, which would take such a row for a
