@@ -37,8 +37,9 @@ alone: the dictionary gives it the member names it cannot find in itself. The ev
 turn (200 to 300 bytes each) stay JSON text: packing them took 2.6 KB off a 10-turn run's
 5.5 KB, but each compression sets up a DEFLATE stream with its dictionary, and the turn
 on SQLite took 16% more CPU time (alternating rounds in one process). Events written
-before, and smaller ones, are JSON text; a BLOB that starts with ``{`` is JSON too, and any other BLOB must be whole
-and of a known format, else reading the run's events raises IntegrityError.
+before, and smaller ones, are JSON text; a BLOB that starts with ``{`` is JSON too, and any
+other BLOB must be whole and of a known format, else reading the run's events raises
+IntegrityError.
 
 The database file is created readable and writable by its owner only (0600; SQLite gives its
 ``-wal``, ``-shm`` and journal files the same mode), and every folder made for it is 0700.
