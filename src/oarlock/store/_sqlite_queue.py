@@ -64,6 +64,9 @@ class SQLiteQueue:
 
     _group: GroupCommit
     _wakeups: Wakeups
+    # writes made in one turn of the event loop share a transaction, in the order made
+    # (the group commit): a drive's lease is released in its last save's transaction
+    commits_together = True
 
     def db(self) -> sqlite3.Connection:  # pragma: no cover - SQLiteStore's
         raise NotImplementedError
