@@ -51,6 +51,8 @@ async def test_the_last_save_gives_the_drives_lease_back_in_its_transaction(
         saves = [i for i, sql in enumerate(last) if "UPDATE runs SET agent = " in sql]
         releases = [i for i, sql in enumerate(last) if "SET lease_owner = NULL" in sql]
         assert saves and len(releases) == 1 and max(saves) < releases[0]
+        # the save under its savepoint; the release, which refuses nothing, under none
+        assert last.count("SAVEPOINT oarlock_write") == 1
         assert not any("SET lease_owner = NULL" in sql for tx in seen[:-1] for sql in tx)
         owner, until, epoch, ready = lease_of(store, doc.id)
         assert (owner, until, ready) == (None, None, None) and epoch == 1
