@@ -5,11 +5,12 @@ under every durable figure in bench/results.md, and the runner's flush rule (see
 A 10-turn run of one read tool flushes each model response (10 calls for tools, then the
 answer: 11). Its creation and each step's read results ride on the next flush (11 unflushed
 commits), as does each governed read call's one write after it ran (its claim, invocation
-and receipt: 10), and the drive's lease taken and given back (2). A step that ran a call
-with an effect outside the sandbox is flushed with its results and receipts. Resuming a
-paused run flushes four: the decision, the spend call's claim (before the tool runs), the
-results and the answer; the lease of the drive adds two
-unflushed commits, the approval and the receipt two more."""
+and receipt: 10), and the drive's lease taken (1); the lease is given back in the
+transaction of the drive's last save, the answer, and flushed with it. A step that ran a
+call with an effect outside the sandbox is flushed with its results and receipts. Resuming
+a paused run flushes four: the decision, the spend call's claim (before the tool runs), the
+results and the answer (with the lease given back); the lease taken by the drive adds one
+unflushed commit, the approval and the receipt two more."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ async def test_a_ten_turn_run_of_reads_flushes_its_eleven_model_responses(
         doc = await Runner(agent(10), store).start("go")
         assert doc.status == "completed" and doc.turns == 11
     # unflushed: the creation, 10 steps of read results, the 10 reads (each claimed with
-    # its receipt, after it ran), the lease taken and given back
-    assert counts == {"FULL": 11, "NORMAL": 23}
+    # its receipt, after it ran), the lease taken (given back with the answer)
+    assert counts == {"FULL": 11, "NORMAL": 22}
 
 
 @tool(side_effect="external")
@@ -77,8 +78,8 @@ async def test_a_step_with_an_effect_flushes_its_results(tmp_path: Path) -> None
         assert doc.status == "completed", doc.error
     # flushed: 3 model responses, the mixed step's results, the write's claim; unflushed:
     # the creation, the read step's results, 2 reads (each claimed with its receipt), the
-    # write's receipt, the lease twice
-    assert counts == {"FULL": 5, "NORMAL": 7}
+    # write's receipt, the lease taken
+    assert counts == {"FULL": 5, "NORMAL": 6}
 
 
 async def test_resuming_after_an_approval_flushes_four_commits(tmp_path: Path) -> None:
@@ -93,6 +94,6 @@ async def test_resuming_after_an_approval_flushes_four_commits(tmp_path: Path) -
         await runner.decide(paused.id, call, "approved")
         done = await runner.resume(paused.id)
         assert done.status == "completed"
-    # flushed: decision, claim, results (the spend's step), answer; unflushed: the
-    # approval, the receipt, the lease of the resume taken and given back
-    assert counts == {"FULL": 4, "NORMAL": 4}
+    # flushed: decision, claim, results (the spend's step), answer (the lease given back
+    # in its transaction); unflushed: the approval, the receipt, the lease taken
+    assert counts == {"FULL": 4, "NORMAL": 3}

@@ -77,6 +77,28 @@ async def test_a_refused_save_in_a_batch_is_rolled_back_alone(tmp_path: Path) ->
     assert versions(path) == {"a": 2, "b": 1}
 
 
+async def test_a_release_runs_without_a_savepoint_beside_a_refused_save(tmp_path: Path) -> None:
+    path = tmp_path / "g.db"
+    async with SQLiteStore(path) as store:
+        await store.create(make_doc("a", status="running", pendingApprovals=[]), [])
+        lease = await store.claim_run("a", "proc:h:1", lease_seconds=30)
+        statements: list[str] = []
+        store.db().set_trace_callback(statements.append)
+        outcomes = await asyncio.gather(
+            store.save(make_doc("a", turns=3), 9, [Event("x", "t", {})]),  # stale version
+            store.release(lease),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[0], ConflictError) and outcomes[1] is None
+        # one transaction: the refused save under its savepoint, rolled back; the release
+        assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
+        assert statements.count("SAVEPOINT oarlock_write") == 1
+        assert statements.count("ROLLBACK TO oarlock_write") == 1
+        assert await store.leases() == []
+        assert await store.events("a") == []
+    assert versions(path) == {"a": 1}
+
+
 async def test_two_saves_of_one_run_in_one_batch_the_second_conflicts(tmp_path: Path) -> None:
     path = tmp_path / "g.db"
     async with SQLiteStore(path) as store:

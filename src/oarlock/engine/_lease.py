@@ -15,6 +15,13 @@ happens if the run moved on meanwhile) and claimed again.
 
 A worker gives the runner a lease it holds already (``Runner(lease=...)``): the worker
 renews and releases it, and cancels the drive when it is lost.
+
+A drive's last save leaves the run at rest (finished, or waiting for a human). On a queue
+whose writes made in one turn of the event loop share one transaction, in the order they
+were made (``commits_together``: the SQLite store's group commit), the drive's own lease is
+released in that save's transaction (:func:`save_releasing`), not in one of its own after
+it: the release is fenced by the lease's epoch and owner as the save is, so it releases
+nothing when the save finds the lease lost, and it is flushed with the save.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from oarlock.errors import LeaseLost, RunBusy
 
@@ -31,18 +38,22 @@ if TYPE_CHECKING:
     from oarlock.formats._models import RunDocument
     from oarlock.store._queue import Lease, RunQueue
 
-__all__ = ["Hold", "drive_held", "release_dead"]
+__all__ = ["Hold", "drive_held", "release_dead", "save_releasing"]
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
 class Hold:
     """The lease a drive holds: ``lease`` (None: not driven under one), whether it is a
     worker's (``given``: never cancelled with the run, never renewed or released here),
-    and the refusal that ended it, once lost."""
+    the refusal that ended it, once lost, and whether the drive's last save released it
+    (``released``: neither renewed nor released again)."""
 
     lease: Lease | None = None
     given: bool = False
     lost: LeaseLost | None = None
+    released: bool = False
 
 
 class _Renewal:
@@ -61,7 +72,8 @@ class _Renewal:
         self.handle = self.loop.call_later(seconds / 3, self._due)
 
     def _due(self) -> None:
-        self.renewing = self.loop.create_task(self._renew())
+        if not self.hold.released:
+            self.renewing = self.loop.create_task(self._renew())
 
     async def _renew(self) -> None:
         lease = self.hold.lease
@@ -69,6 +81,8 @@ class _Renewal:
         try:
             self.hold.lease = await self.queue.renew(lease, self.seconds)
         except LeaseLost as lost:
+            if self.hold.released:  # given back by the drive's last save meanwhile
+                return
             self.hold.lost = lost
             if not self.stopped:
                 self.cancelled = self.task.cancel()
@@ -146,7 +160,7 @@ async def drive_held(
         raise
     finally:
         renewal.stop()
-        if hold.lost is None:
+        if hold.lost is None and not hold.released:
             with contextlib.suppress(Exception):  # a release that fails only lets it expire
                 if task.cancelling():
                     await asyncio.shield(queue.release(hold.lease or lease))
@@ -157,3 +171,25 @@ async def drive_held(
             task.uncancel()
         raise hold.lost
     return done
+
+
+async def save_releasing(
+    queue: RunQueue | None, hold: Hold, save: Callable[[], Awaitable[T]]
+) -> T:
+    """``save``, the drive's last, and the release of the drive's own lease in its
+    transaction where the queue ``commits_together`` (see the module); else ``save`` alone,
+    the lease released when the drive ends. The save is made first: its fence sees the
+    lease still held."""
+    lease = hold.lease
+    if lease is None or hold.given or not getattr(queue, "commits_together", False):
+        return await save()
+    assert queue is not None
+    hold.released = True
+    saving = asyncio.ensure_future(save())
+    releasing = asyncio.ensure_future(queue.release(lease))
+    try:
+        return await saving
+    finally:
+        [outcome] = await asyncio.gather(releasing, return_exceptions=True)
+        if outcome is not None:  # not released: drive_held releases it
+            hold.released = False

@@ -30,7 +30,7 @@ from oarlock.engine._execute import (
     error_result,
     plan_call,
 )
-from oarlock.engine._lease import Hold, drive_held
+from oarlock.engine._lease import Hold, drive_held, save_releasing
 from oarlock.engine._observe import CallWatch, ChatWatch, DriveWatch, RunObserver
 from oarlock.engine._output import OutputJudge
 from oarlock.engine._stream import (
@@ -41,6 +41,7 @@ from oarlock.engine._stream import (
     ToolStarted,
     from_stored,
 )
+from oarlock.engine._update import EventHook, cancel_run, update_run
 from oarlock.errors import (
     ConflictError,
     LeaseLost,
@@ -60,10 +61,9 @@ from oarlock.store._leases import as_queue, process_holder
 from oarlock.store._queue import Lease, RunQueue
 from oarlock.tools._tool import Tool, ToolArgumentsError
 
-__all__ = ["RetryPolicy", "Runner", "cancel_run", "update_run"]
+__all__ = ["EventHook", "RetryPolicy", "Runner", "cancel_run", "update_run"]
 
 T = TypeVar("T")
-EventHook = Callable[[RunDocument, list[Event]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,9 +495,17 @@ class Runner(Conversations, Decisions):
         fence: Lease | None,
         *,
         flush: bool = True,
+        hold: Hold | None = None,
     ) -> int:
+        """Save a step; the drive's last (the run left at rest) gives back ``hold``."""
+        def save() -> Awaitable[int]:
+            return self.store.save(doc, version, events, lease=fence, flush=flush)
+
         try:
-            version = await self.store.save(doc, version, events, lease=fence, flush=flush)
+            if hold is None or doc.status == "running":
+                version = await save()
+            else:
+                version = await save_releasing(self._queue, hold, save)
         except LeaseLost:
             raise
         except ConflictError:
@@ -533,14 +541,14 @@ class Runner(Conversations, Decisions):
         fence = hold.lease
         try:
             if expired := core.expire_approvals(doc, self.clock()):
-                version = await self._commit(doc, version, expired, fence)
+                version = await self._commit(doc, version, expired, fence, hold=hold)
             answered = False  # the last step received a model response
             while True:
                 action = core.next_action(doc, self.agent.limits)
                 if isinstance(action, core.Idle) or (self.pause is not None and self.pause()):
                     return doc
                 events, flush = await self._step(doc, action, fence, answered)
-                version = await self._commit(doc, version, events, fence, flush=flush)
+                version = await self._commit(doc, version, events, fence, flush=flush, hold=hold)
                 answered = isinstance(action, core.CallModel)
         except _CancelledElsewhere as stop:
             return stop.stored
@@ -743,53 +751,6 @@ class Runner(Conversations, Decisions):
             task.cancel()  # the store failed), and says so first
             await asyncio.gather(task, return_exceptions=True)
             raise
-
-
-async def update_run(
-    store: RunStore,
-    run_id: str,
-    apply: Callable[[RunDocument], list[Event]],
-    *,
-    on_commit: EventHook | None = None,
-    loaded: StoredRun | None = None,
-    lease: Lease | None = None,
-) -> RunDocument:
-    """Read, change and save a run; when another writer got there first, read it again and
-    apply the change to what it wrote (which may now refuse it). Nothing is lost.
-    ``loaded``, a copy the caller has just read and not changed, saves the first read;
-    ``lease``, the lease of the caller's drive, fences the save (LeaseLost)."""
-    for _ in range(8):
-        stored = loaded if loaded is not None else await store.load(run_id)
-        loaded = None
-        doc = stored.document
-        doc.format = "oar/0.2"
-        events = apply(doc)
-        if not events:  # nothing changed: nothing to write
-            return doc
-        try:
-            await store.save(doc, stored.version, events, lease=lease)
-        except LeaseLost:
-            raise
-        except ConflictError:
-            continue
-        if on_commit is not None:
-            on_commit(doc, events)
-        return doc
-    raise ConflictError(f"run {run_id} kept changing; try again", code="busy")
-
-
-async def cancel_run(
-    store: RunStore,
-    run_id: str,
-    reason: str | None = None,
-    *,
-    clock: Callable[[], str] = now_rfc3339,
-    on_commit: EventHook | None = None,
-) -> RunDocument:
-    """Cancel a live run from any process; a runner driving it stops at its next look."""
-    return await update_run(
-        store, run_id, lambda d: core.cancel(d, clock(), reason), on_commit=on_commit
-    )
 
 
 def _now_us() -> int:

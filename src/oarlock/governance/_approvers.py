@@ -103,8 +103,9 @@ class ApproverKey:
     public_raw: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "key_id", key_id(self.private_key.public_key()))
-        object.__setattr__(self, "public_raw", _raw(self.private_key.public_key()))
+        public = self.private_key.public_key()  # derived once: about 30 us each time
+        object.__setattr__(self, "key_id", key_id(public))
+        object.__setattr__(self, "public_raw", _raw(public))
 
     @classmethod
     def generate(cls, principal: str) -> ApproverKey:
@@ -280,14 +281,25 @@ def _relative(path: str, file: Path) -> Path:
 
 
 _PROCESS_KEY: list[Ed25519PrivateKey] = []
+_PROCESS_SIGNERS: dict[str, ApproverKey] = {}  # by principal, the last _SIGNERS_MAX used
+_SIGNERS_MAX = 64
 
 
 def process_approver(principal: str) -> ApproverKey:
     """``principal`` signing with this process's own key: made on first use, held in
-    memory only, so that no other process (nor anyone writing the database) has it."""
+    memory only, so that no other process (nor anyone writing the database) has it. The
+    signer of a principal is made once (its key id and public bytes derived once) and kept
+    for the next decision."""
+    signer = _PROCESS_SIGNERS.get(principal)
+    if signer is not None:
+        return signer
     if not _PROCESS_KEY:
         _PROCESS_KEY.append(Ed25519PrivateKey.generate())
-    return ApproverKey(principal, _PROCESS_KEY[0])
+    signer = ApproverKey(principal, _PROCESS_KEY[0])
+    if len(_PROCESS_SIGNERS) >= _SIGNERS_MAX:
+        _PROCESS_SIGNERS.pop(next(iter(_PROCESS_SIGNERS)))
+    _PROCESS_SIGNERS[principal] = signer
+    return signer
 
 
 @cache

@@ -21,8 +21,9 @@ in one process commit one after another, each waiting for its own flush. Each wr
 returns only once the transaction holding it is committed, so nothing is acknowledged
 before it is durable. Each write runs under its own savepoint: one that is refused (a
 version conflict, a missing run) is rolled back alone and its caller gets the refusal; the
-others commit. A failure of the transaction itself fails every write of the batch, and
-none of them is stored.
+others commit. A write that never refuses (``refuses=False``: a lease's release, which
+changes nothing when the lease has moved on) runs without one. A failure of the transaction
+itself fails every write of the batch, and none of them is stored.
 """
 
 from __future__ import annotations
@@ -57,21 +58,24 @@ class GroupCommit:
 
     def __init__(self, store: _Store) -> None:
         self._store = store
-        self._queue: list[tuple[Write, asyncio.Future[Any]]] = []
+        self._queue: list[tuple[Write, asyncio.Future[Any], bool]] = []
         self._flush = False  # whether the waiting batch must be flushed
         self._at_once = 0  # writes committed at once in a row
 
-    async def submit(self, write: Callable[[sqlite3.Connection], T], *, flush: bool = True) -> T:
+    async def submit(
+        self, write: Callable[[sqlite3.Connection], T], *, flush: bool = True, refuses: bool = True
+    ) -> T:
         """Run ``write`` in the next shared transaction; its result once that is committed
-        (flushed to the disk, unless no write of the batch needed it)."""
+        (flushed to the disk, unless no write of the batch needed it). ``refuses=False``:
+        the write never raises ConflictError or NotFound, and needs no savepoint."""
         import asyncio
 
         loop = asyncio.get_running_loop()
         if self._now(loop):
-            [outcome] = self._commit([write], flush)
+            [outcome] = self._commit([(write, refuses)], flush)
             return outcome  # type: ignore[no-any-return]
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.append((write, future))
+        self._queue.append((write, future, refuses))
         self._flush = self._flush or flush
         if len(self._queue) == 1:
             loop.call_soon(self.flush)
@@ -101,15 +105,15 @@ class GroupCommit:
         if not batch:
             return
         try:
-            outcomes = self._commit([write for write, _ in batch], flush)
+            outcomes = self._commit([(write, refuses) for write, _, refuses in batch], flush)
         except BaseException as exc:  # nothing of the batch is stored
-            for _, future in batch:
+            for _, future, _ in batch:
                 if not future.done():
                     future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_, future), outcome in zip(batch, outcomes, strict=True):
+        for (_, future, _), outcome in zip(batch, outcomes, strict=True):
             if future.done():  # its caller was cancelled: the write stands all the same
                 continue
             if isinstance(outcome, Exception):
@@ -117,14 +121,17 @@ class GroupCommit:
             else:
                 future.set_result(outcome)
 
-    def _commit(self, writes: list[Write], flush: bool) -> list[Any]:
+    def _commit(self, writes: list[tuple[Write, bool]], flush: bool) -> list[Any]:
         conn = self._store.db()
         if len(writes) == 1:  # no savepoint needed: a refusal rolls back the transaction
             with self._store.transaction("saving a run", flush=flush):
-                return [writes[0](conn)]
+                return [writes[0][0](conn)]
         outcomes: list[Any] = []
         with self._store.transaction(f"saving {len(writes)} runs", flush=flush):
-            for write in writes:
+            for write, refuses in writes:
+                if not refuses:
+                    outcomes.append(write(conn))
+                    continue
                 conn.execute("SAVEPOINT oarlock_write")
                 try:
                     outcomes.append(write(conn))

@@ -82,7 +82,7 @@ __all__ = ["SQLiteStore", "default_db_path", "named_queries", "schema_version"]
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
-_BUSY_TIMEOUT_MS = 5000
+_BUSY_TIMEOUT = 5.0  # seconds: the connection's busy_timeout, set by sqlite3.connect
 # zlib level 3 and a 16 KB window: 30% less work than the default (level 6, 32 KB) for
 # 3.5% more bytes
 _ZLIB_LEVEL, _ZLIB_WBITS = 3, 14
@@ -202,18 +202,18 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
     """A connection to ``path``; with ``create=False`` SQLite itself refuses to create the
     file (``mode=rw``), so a database removed after the check is not made again."""
     if str(path) == ":memory:":
-        return sqlite3.connect(":memory:", isolation_level=None)
+        return sqlite3.connect(":memory:", timeout=_BUSY_TIMEOUT, isolation_level=None)
     if path.is_dir():
         raise StoreError(f"{path} is a folder, not a database file", code="db_path_invalid")
     if create:
         _made_file(path)
-        return sqlite3.connect(path, isolation_level=None)
+        return sqlite3.connect(path, timeout=_BUSY_TIMEOUT, isolation_level=None)
     if not path.exists():
         raise NotFound(f"no database at {path}", code="no_database")
     from urllib.parse import quote
 
     uri = "file:" + quote(os.fsencode(path.absolute())) + "?mode=rw"
-    return sqlite3.connect(uri, uri=True, isolation_level=None)
+    return sqlite3.connect(uri, timeout=_BUSY_TIMEOUT, uri=True, isolation_level=None)
 
 
 def _store_error(exc: sqlite3.Error, doing: str) -> StoreError:
@@ -380,7 +380,7 @@ class SQLiteStore(SQLiteQueue):
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
         self._governance: SQLiteGovernanceStore | None = None
-        self._flushing = True  # synchronous = FULL (see _transaction)
+        self._flushing: bool | None = None  # synchronous FULL, NORMAL, unset (_transaction)
         self._group = GroupCommit(self)
         self._wakeups = Wakeups()
         try:
@@ -402,11 +402,9 @@ class SQLiteStore(SQLiteQueue):
     def _open(self, conn: sqlite3.Connection) -> None:
         conn.row_factory = sqlite3.Row
         try:
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            self._refuse_newer(conn)  # before any PRAGMA that writes to the file
+            found = self._refuse_newer(conn)  # before any PRAGMA that writes to the file
             self._wal(conn)
-            conn.execute("PRAGMA synchronous = FULL")
-            self._migrate(conn)
+            self._migrate(conn, found)
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as exc:
             raise _store_error(exc, f"opening {self.path}") from exc
@@ -415,7 +413,7 @@ class SQLiteStore(SQLiteQueue):
     def _wal(conn: sqlite3.Connection) -> None:
         """Switch to WAL. The switch needs the file to itself, and SQLite does not wait
         for that (no busy handler): retry while another connection writes."""
-        deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+        deadline = time.monotonic() + _BUSY_TIMEOUT
         while True:
             try:
                 if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -437,14 +435,15 @@ class SQLiteStore(SQLiteQueue):
             )
         return found
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
+    def _migrate(self, conn: sqlite3.Connection, found: int) -> None:
         """Apply the migrations the file lacks, in one transaction, with foreign keys off
         (the switch works only outside a transaction): a migration may rebuild a table
         (create the new one, copy, drop the old, rename), and dropping a parent table with
         foreign keys on would delete its children's rows. A rebuild keeps every key by
         construction; the keys are not checked as a whole, so that a file whose ledger lost
-        rows (which ``oarlock audit verify`` reports) still opens."""
-        if self._refuse_newer(conn) == schema_version():
+        rows (which ``oarlock audit verify`` reports) still opens. ``found`` is the file's
+        version as read when it was opened."""
+        if found == schema_version():
             return
         conn.execute("PRAGMA foreign_keys = OFF")
         with self._transaction(conn, "migrating the schema"):
@@ -482,8 +481,10 @@ class SQLiteStore(SQLiteQueue):
         commit is atomic and survives the process being killed, and the next flushed
         commit makes it durable too, since the WAL is flushed in order. Only records whose
         loss in a power cut is safe use it (see the governance store). ``synchronous`` is a
-        setting of the connection, set only when a transaction needs the other value (every
-        write of this store is such a transaction)."""
+        setting of the connection, set by the first transaction and then only when one needs
+        the other value (every write of this store is such a transaction). Until then it
+        is SQLite's default (FULL; NORMAL in some builds): either flushes the checkpoint a
+        connection that only read may run when it closes."""
         try:
             if flush != self._flushing:
                 conn.execute(f"PRAGMA synchronous = {'FULL' if flush else 'NORMAL'}")

@@ -64,6 +64,9 @@ class SQLiteQueue:
 
     _group: GroupCommit
     _wakeups: Wakeups
+    # writes made in one turn of the event loop share a transaction, in the order made
+    # (the group commit): a drive's lease is released in its last save's transaction
+    commits_together = True
 
     def db(self) -> sqlite3.Connection:  # pragma: no cover - SQLiteStore's
         raise NotImplementedError
@@ -77,8 +80,10 @@ class SQLiteQueue:
         except sqlite3.Error as exc:
             raise _store_error(exc, doing) from exc
 
-    async def _lease_write(self, write: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._group.submit(write, flush=False)
+    async def _lease_write(
+        self, write: Callable[[sqlite3.Connection], T], *, refuses: bool = True
+    ) -> T:
+        return await self._group.submit(write, flush=False, refuses=refuses)
 
     async def claim(
         self,
@@ -153,7 +158,7 @@ class SQLiteQueue:
             row = conn.execute(_q("release"), {**params, "now": time.time()}).fetchone()
             return row is not None and row[0] == "running"
 
-        if await self._lease_write(write):
+        if await self._lease_write(write, refuses=False):  # a lease moved on: no row
             self._wakeups.wake()
 
     async def heartbeat(self, worker: WorkerInfo) -> None:
