@@ -390,15 +390,19 @@ def _unique_call_ids(doc: RunDocument, message: AssistantMessage) -> None:
     calls = message.tool_calls
     if not calls:
         return
-    seen = doc._call_ids  # the ids in the first ``counted`` messages (they never change)
-    counted = doc._call_ids_counted
-    if counted > len(doc.messages):  # the messages were replaced: count them again
+    private = doc.__pydantic_private__
+    if private is None:  # built without its private members: count every message
+        private = {"_call_ids": set(), "_call_ids_counted": 0}
+    seen = private["_call_ids"]  # the ids in the first ``counted`` messages (never changed)
+    counted = private["_call_ids_counted"]
+    messages = doc.messages
+    if counted > len(messages):  # the messages were replaced: count them again
         seen.clear()
         counted = 0
-    for m in doc.messages[counted:]:
+    for m in messages[counted:]:
         if isinstance(m, AssistantMessage):
             seen.update(c.id for c in m.tool_calls)
-    doc._call_ids_counted = len(doc.messages)
+    private["_call_ids_counted"] = len(messages)
     fresh: set[str] = set()
     for call in calls:
         base, n = call.id, 1
