@@ -374,9 +374,15 @@ def _admit(message: AssistantMessage) -> None:
     ``arguments`` empty: it is never run, and the model is told why."""
     for part in message.content:
         if isinstance(part, TextPart):
-            part.text = fix_surrogates(part.text)
+            text = fix_surrogates(part.text)
+            if text is not part.text:
+                part.text = text
         elif isinstance(part, ToolCallPart):
-            part.id, part.name = fix_surrogates(part.id), fix_surrogates(part.name)
+            call_id, name = fix_surrogates(part.id), fix_surrogates(part.name)
+            if call_id is not part.id:  # the same text comes back when nothing was wrong
+                part.id = call_id
+            if name is not part.name:
+                part.name = name
             if portable_problem(part.arguments) is not None:
                 raw = json.dumps(part.arguments, ensure_ascii=True, default=repr)
                 part.arguments = {}

@@ -60,7 +60,7 @@ class FunctionModel:
             problems = Problems("the function's reply: ")
             check_turn(reply, "turn", problems)
             if not problems:
-                index = sum(isinstance(m, AssistantMessage) for m in request.messages)
+                index = len([m for m in request.messages if isinstance(m, AssistantMessage)])
                 return ModelResponse(turn_message(index, reply), *turn_usage(reply))
             raise ModelError("; ".join(problems.items), code="function_reply_invalid")
         raise ModelError(
