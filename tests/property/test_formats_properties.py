@@ -458,6 +458,10 @@ def test_valid_run_documents_round_trip(doc):
         grown = [*doc["messages"], doc["messages"][0]]
         assert same_json(json.loads(dump_run_json(model))["messages"], grown)
         model.messages.pop()
+        assert same_json(json.loads(dump_run_json(model)), doc)  # the cache longer than them
+        model.messages = model.messages[::-1]  # other objects at the same places
+        assert same_json(json.loads(dump_run_json(model))["messages"], doc["messages"][::-1])
+        model.messages = model.messages[::-1]
     again = parse_run(json.dumps(doc, ensure_ascii=False))
     assert same_json(dump_run(again), doc)
     assert digest(out) == digest(doc)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from oarlock.engine import Agent, Runner
@@ -75,3 +75,44 @@ def test_no_model_output_crashes_a_run(
     assert verify_chain(ledger).ok
     for seen in SEEN:  # a tool only ever gets portable arguments
         assert portable_problem(seen) is None
+
+
+odd = values | st.lists(values, max_size=2) | st.builds(object) | st.just(("a",))
+call_specs = st.fixed_dictionaries(
+    {"name": st.sampled_from(["look", ""]) | odd},
+    optional={
+        "arguments": st.dictionaries(text, odd, max_size=2) | arguments | odd,
+        "id": st.sampled_from(["c1", ""]) | odd,
+    },
+) | st.dictionaries(st.sampled_from(["name", "other"]) | st.integers(0, 2), odd, max_size=2)
+turn_specs = (
+    st.fixed_dictionaries(
+        {}, optional={"text": text | odd, "tool_calls": st.lists(call_specs, max_size=2) | odd}
+    )
+    | st.dictionaries(
+        st.sampled_from(["text", "tool_calls", "usage", "fail", "other"]),
+        text | st.lists(call_specs, max_size=3) | odd,
+        max_size=3,
+    )
+    | odd
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(turn=turn_specs)
+@example(turn={"tool_calls": [{"name": "look", "arguments": {"a": object()}}]})
+@example(turn={"tool_calls": [{"name": "look", "arguments": {"a": {1: float("nan")}}}]})
+@example(turn={"tool_calls": [{"name": "look", "id": ""}]})
+@example(turn={"tool_calls": [{"name": None}]})
+@example(turn={"text": 3})
+@example(turn={"text": "t", "usage": {"input_tokens": -1}})
+def test_the_quick_look_at_a_turn_finds_what_the_whole_check_finds(turn: Any) -> None:
+    """A turn the quick look passes is one the whole check passes; any other gets the
+    whole check's problems, word for word."""
+    from oarlock._config import Problems
+    from oarlock.models._scripted import _check_whole_turn, check_turn
+
+    quick, whole = Problems(), Problems()
+    check_turn(turn, "turn", quick)
+    _check_whole_turn(turn, "turn", whole)
+    assert quick.items == whole.items

@@ -327,3 +327,23 @@ def test_integral_floats_below_2_53_take_the_fast_path(monkeypatch: pytest.Monke
     assert general == []
     assert canonicalize({"big": 2.0**60}) == b'{"big":1152921504606847000}'
     assert len(general) == 1
+
+
+def test_the_fast_path_reuses_one_c_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common value is written by one C encoder made at import, not by a
+    ``json.JSONEncoder`` set up anew at each call; where the C encoder is missing, the
+    class writes the same bytes."""
+    from oarlock.formats import _jcs
+
+    value = {"b": [1, 2.5, None, True], "a": {"é": "x\u2028"}, "c": 5.0}
+    expected = b'{"a":{"\xc3\xa9":"x\xe2\x80\xa8"},"b":[1,2.5,null,true],"c":5}'
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a JSONEncoder was set up")
+
+    with monkeypatch.context() as m:
+        m.setattr(json.JSONEncoder, "iterencode", refuse)
+        assert _jcs.canonicalize(value) == expected
+    monkeypatch.setattr(json.encoder, "c_make_encoder", None)
+    encode = _jcs._encoder()
+    assert encode(_jcs._as_ints(value)).encode() == expected

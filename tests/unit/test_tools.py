@@ -93,3 +93,29 @@ def test_a_predicate_cannot_waive_the_approval_of_a_cautious_tool() -> None:
     safe = tool(side_effect="read", needs_approval=lambda a: a["amount"] > 50)(refund)
     assert not safe.requires_approval({"amount": 1.0})
     assert safe.requires_approval({"amount": 100.0})
+
+
+def test_validated_arguments_are_the_fields_in_order_with_defaults_and_no_extras() -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    from oarlock.tools import ToolArgumentsError
+
+    @tool(side_effect="read")
+    def find(query: str, limit: int = 5, exact: bool = False) -> str:
+        """Find."""
+        return query
+
+    assert list(find.validate_arguments({"exact": True, "query": "q"}).items()) == [
+        ("query", "q"), ("limit", 5), ("exact", True)
+    ]  # fmt: skip
+    with pytest.raises(ToolArgumentsError, match="limit"):
+        find.validate_arguments({"query": "q", "limit": "many"})
+    with pytest.raises(ToolArgumentsError, match="other"):
+        find.validate_arguments({"query": "q", "other": 1})
+
+    class Open(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        name: str
+
+    find.arguments_model = Open  # a model of one's own may keep unknown members apart
+    assert find.validate_arguments({"name": "n", "more": 1}) == {"name": "n"}

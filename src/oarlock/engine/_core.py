@@ -221,6 +221,8 @@ def next_action(doc: RunDocument, limits: Any) -> Action:
     if isinstance(last, UserMessage):
         return _limit_reached(doc, limits) or CallModel()
     calls = last.tool_calls
+    if not doc.buffered_tool_results and not doc.pending_approvals:  # none planned yet
+        return PlanTools(calls) if calls else Idle()
     answered = {r.tool_call_id for r in doc.buffered_tool_results}
     pending = {a.tool_call_id: a for a in doc.pending_approvals}
     unplanned = [c for c in calls if c.id not in answered and c.id not in pending]
@@ -254,7 +256,8 @@ def on_model_response(
     checked: a valid one completes the run with its JSON; an invalid one goes back to the
     model with the problems, ``judge.retries`` times at most, then the run fails."""
     _admit(message)
-    _unique_call_ids(doc, message)
+    calls = message.tool_calls
+    _unique_call_ids(doc, calls)
     doc.messages.append(message)
     doc.turns += 1
     u = doc.usage
@@ -274,7 +277,7 @@ def on_model_response(
             inputTokens=input_tokens,
             outputTokens=output_tokens,
             costUsd=cost,
-            toolCalls=[c.id for c in message.tool_calls],
+            toolCalls=[c.id for c in calls],
         )
     ]
     if judge is not None:
@@ -282,7 +285,7 @@ def on_model_response(
         if verdict is not None:
             events.extend(_answer(doc, message, verdict, judge, now))
             return events
-    if not message.tool_calls:
+    if not calls:
         doc.result = message.text
         events.extend(_status(doc, "completed", now))
     return events
@@ -371,9 +374,15 @@ def _admit(message: AssistantMessage) -> None:
     ``arguments`` empty: it is never run, and the model is told why."""
     for part in message.content:
         if isinstance(part, TextPart):
-            part.text = fix_surrogates(part.text)
+            text = fix_surrogates(part.text)
+            if text is not part.text:
+                part.text = text
         elif isinstance(part, ToolCallPart):
-            part.id, part.name = fix_surrogates(part.id), fix_surrogates(part.name)
+            call_id, name = fix_surrogates(part.id), fix_surrogates(part.name)
+            if call_id is not part.id:  # the same text comes back when nothing was wrong
+                part.id = call_id
+            if name is not part.name:
+                part.name = name
             if portable_problem(part.arguments) is not None:
                 raw = json.dumps(part.arguments, ensure_ascii=True, default=repr)
                 part.arguments = {}
@@ -384,21 +393,24 @@ def _admit(message: AssistantMessage) -> None:
                 extra[key] = _storable(value)
 
 
-def _unique_call_ids(doc: RunDocument, message: AssistantMessage) -> None:
+def _unique_call_ids(doc: RunDocument, calls: list[ToolCallPart]) -> None:
     """A model that repeats a tool call id would make the document ambiguous: give the
     repeat a fresh id (the model sees it in the result)."""
-    calls = message.tool_calls
     if not calls:
         return
-    seen = doc._call_ids  # the ids in the first ``counted`` messages (they never change)
-    counted = doc._call_ids_counted
-    if counted > len(doc.messages):  # the messages were replaced: count them again
+    private = doc.__pydantic_private__
+    if private is None:  # built without its private members: count every message
+        private = {"_call_ids": set(), "_call_ids_counted": 0}
+    seen = private["_call_ids"]  # the ids in the first ``counted`` messages (never changed)
+    counted = private["_call_ids_counted"]
+    messages = doc.messages
+    if counted > len(messages):  # the messages were replaced: count them again
         seen.clear()
         counted = 0
-    for m in doc.messages[counted:]:
+    for m in messages[counted:]:
         if isinstance(m, AssistantMessage):
-            seen.update(c.id for c in m.tool_calls)
-    doc._call_ids_counted = len(doc.messages)
+            seen.update(p.id for p in m.content if isinstance(p, ToolCallPart))
+    private["_call_ids_counted"] = len(messages)
     fresh: set[str] = set()
     for call in calls:
         base, n = call.id, 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from operator import is_
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -56,24 +57,40 @@ _NOT_MESSAGES = {"messages"}
 def dump_run_json(doc: RunDocument) -> bytes:
     """``dump_json(doc)`` (its members in another order: the messages last), each message
     serialized once over the document's life rather than at every commit: a message that
-    is the very object dumped before gives its bytes again. The engine appends messages
-    and never changes one once committed (``ValidatingStore`` checks that this dump parses
-    to what a whole dump gives, at every write of the test suite)."""
+    is the very object dumped before, at the same place, gives its bytes again. The engine
+    appends messages and never changes one once committed (``ValidatingStore`` checks that
+    this dump parses to what a whole dump gives, at every write of the test suite)."""
     head = doc.__pydantic_serializer__.to_json(
         doc, exclude_unset=True, by_alias=True, exclude=_NOT_MESSAGES
     )
-    before = doc._message_json
-    cache: list[tuple[object, bytes]] = []
-    for i, message in enumerate(doc.messages):
-        if i < len(before) and before[i][0] is message:
-            cache.append(before[i])
-        else:
-            ser = message.__pydantic_serializer__
-            cache.append((message, ser.to_json(message, exclude_unset=True, by_alias=True)))
-    doc._message_json = cache
-    body = b",".join(b for _, b in cache)
+    messages = doc.messages
+    private = doc.__pydantic_private__
+    if private is None:  # built without its private members: nothing kept to reuse
+        dumped: list[object] = []
+        parts: list[bytes] = []
+    else:
+        dumped, parts = private["_dumped"], private["_dumped_json"]
+    kept = len(dumped)
+    if kept > len(messages) or not all(map(is_, dumped, messages)):
+        kept = _same_start(dumped, messages)
+        del dumped[kept:], parts[kept:]
+    for message in messages[kept:]:
+        dumped.append(message)
+        parts.append(
+            message.__pydantic_serializer__.to_json(message, exclude_unset=True, by_alias=True)
+        )
     opening = b',"messages":[' if len(head) > 2 else b'"messages":['
-    return b"".join((head[:-1], opening, body, b"]}"))
+    return b"".join((head[:-1], opening, b",".join(parts), b"]}"))
+
+
+def _same_start(dumped: list[object], messages: list[Any]) -> int:
+    """How many messages, from the first, are the very objects dumped before."""
+    kept = 0
+    for before, message in zip(dumped, messages, strict=False):
+        if before is not message:
+            break
+        kept += 1
+    return kept
 
 
 def parse_run(data: dict[str, Any] | str | bytes) -> RunDocument:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import math
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
@@ -31,9 +33,32 @@ __all__ = [
 ]
 
 INT_MAX = 2**53 - 1
-_encode = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
-).encode
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"a {type(value).__name__} is not JSON")
+
+
+def _encoder() -> Callable[[Any], str]:
+    """The C JSON encoder, sorted keys, no spaces, UTF-8 text as it is, made once: what
+    ``json.JSONEncoder.encode`` makes anew at every call (with a check for cycles that
+    :func:`_check`, which has walked the value, makes needless). The encoder class where
+    the C one is missing."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    text = getattr(json.encoder, "c_encode_basestring", None)
+    if make is not None and text is not None:
+        try:
+            chunks = make(None, _not_json, text, None, ":", ",", True, False, False)
+        except TypeError:  # another signature: the class serves
+            pass
+        else:
+            return lambda value: "".join(chunks(value, 0))
+    return json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+    ).encode
+
+
+_encode = _encoder()
 
 
 class _Fallback(Exception):

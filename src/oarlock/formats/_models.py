@@ -166,9 +166,10 @@ class RunDocument(_Open):
     # extension: the approvals once settled, in the order they were decided (the pending
     # list is cleared when the run moves on; the history stays with the document)
     decisions: list[PendingApproval] = Field(default_factory=list)
-    # the JSON of each message as last dumped, with the message it was made from (see
-    # _codec.dump_run_json): not part of the document
-    _message_json: list[tuple[object, bytes]] = PrivateAttr(default_factory=list)
+    # the messages as last dumped and the JSON of each (see _codec.dump_run_json): not
+    # part of the document
+    _dumped: list[object] = PrivateAttr(default_factory=list)
+    _dumped_json: list[bytes] = PrivateAttr(default_factory=list)
     # the tool call ids of the first ``_call_ids_counted`` messages (see
     # engine._core._unique_call_ids): not part of the document
     _call_ids: set[str] = PrivateAttr(default_factory=set)

@@ -23,6 +23,9 @@ Reply: TypeAlias = ModelResponse | AssistantMessage | str | dict[str, Any]
 an answer, or a turn as a script gives one (``text``, ``tool_calls``, ``usage``)."""
 
 
+_NOT_AWAITABLE = frozenset((dict, str))  # the commonest replies: no call to look
+
+
 class FunctionModel:
     """``FunctionModel(decide)``: ``decide(request)`` (sync or async) gives each reply. A
     reply that is not one of :data:`Reply` fails the turn with a model error naming the
@@ -45,7 +48,7 @@ class FunctionModel:
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
         reply = self._fn(request)
-        if inspect.isawaitable(reply):
+        if type(reply) not in _NOT_AWAITABLE and inspect.isawaitable(reply):
             reply = await reply
         if isinstance(reply, ModelResponse):
             return reply
@@ -57,7 +60,7 @@ class FunctionModel:
             problems = Problems("the function's reply: ")
             check_turn(reply, "turn", problems)
             if not problems:
-                index = sum(1 for m in request.messages if m.role == "assistant")
+                index = len([m for m in request.messages if isinstance(m, AssistantMessage)])
                 return ModelResponse(turn_message(index, reply), *turn_usage(reply))
             raise ModelError("; ".join(problems.items), code="function_reply_invalid")
         raise ModelError(

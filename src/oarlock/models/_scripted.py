@@ -112,7 +112,49 @@ class ScriptedModel:
         )
 
 
+_PLAIN_TURN = frozenset(("text", "tool_calls"))
+_PLAIN_CALL = frozenset(_CALL)
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _plain(turn: Any) -> bool:
+    """Whether ``turn`` is of the common kind that :func:`check_turn` passes, seen in one
+    pass: text, calls with flat arguments (no usage, no failures). False says only that the
+    whole check must look."""
+    if type(turn) is not dict or not _PLAIN_TURN.issuperset(turn):
+        return False
+    text, calls = turn.get("text"), turn.get("tool_calls")
+    if not (text is None or isinstance(text, str)):
+        return False
+    if calls is None:
+        return True
+    if type(calls) is not list:
+        return False
+    for call in calls:
+        if type(call) is not dict or not _PLAIN_CALL.issuperset(call):
+            return False
+        if not isinstance(call.get("name"), str):
+            return False
+        if "id" in call and not (isinstance(call["id"], str) and call["id"]):
+            return False
+        arguments = call.get("arguments", {})
+        if isinstance(arguments, str):
+            continue
+        if type(arguments) is not dict:
+            return False
+        for key, value in arguments.items():
+            if not isinstance(key, str) or not isinstance(value, _SCALAR):
+                return False
+    return True
+
+
 def check_turn(turn: Any, where: str, problems: Problems) -> None:
+    """Record in ``problems`` every rule ``turn`` breaks, naming it by ``where``."""
+    if not _plain(turn):
+        _check_whole_turn(turn, where, problems)
+
+
+def _check_whole_turn(turn: Any, where: str, problems: Problems) -> None:
     spec = problems.check(need_mapping, turn, where)
     if spec is None:
         return

@@ -219,7 +219,7 @@ class Tool:
                 code="arguments_not_canonical",
             )
         try:
-            parsed = self.arguments_model.model_validate(arguments)
+            parsed = self.arguments_model.__pydantic_validator__.validate_python(arguments)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
@@ -228,7 +228,7 @@ class Tool:
             raise ToolArgumentsError(
                 f"invalid arguments for tool {self.name!r}: {problems}"
             ) from None
-        return {k: getattr(parsed, k) for k in type(parsed).model_fields}
+        return dict(parsed.__dict__)  # the fields, in their order (extra members aside)
 
     def requires_approval(self, arguments: dict[str, Any]) -> bool:
         """Whether the tool itself asks for a human: always for ``shared-write`` and
