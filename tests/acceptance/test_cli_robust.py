@@ -172,6 +172,16 @@ def test_an_edit_must_be_plain_json(shared: tuple[Cli, str], edit: str) -> None:
     assert cli.snapshot(waiting) == before
 
 
+@pytest.mark.parametrize("where", [".", "..", "", "folder"])
+def test_keys_create_refuses_a_folder_for_the_keys_file(tmp_path: Path, where: str) -> None:
+    (tmp_path / "folder").mkdir()
+    target = str(tmp_path / where) if where else str(tmp_path) + "/"
+    out = call(["keys", "create", target, "--no-trust"])
+    assert out.code == 2, out
+    assert out.err.startswith("oarlock: ") and "is a folder: name the key's file" in out.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]  # nothing written
+
+
 def test_keygen_into_a_folder_that_is_not_there(tmp_path: Path) -> None:
     out = call(["audit", "keygen", str(tmp_path / "keys" / "k.pem")])
     assert out.code == 1, out

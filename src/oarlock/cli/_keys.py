@@ -66,6 +66,8 @@ def _trust(approvers: Path, principal: str, public: Path) -> None:
 def _create(args: argparse.Namespace) -> int:
     path = Path(args.path).expanduser() if args.path else default_key_path()
     principal = args.principal or principal_default()
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise OarlockError(f"{path} is a folder: name the key's file", code="usage")
     public = path.with_name(path.name + ".pub")
     if path.exists() or public.exists():
         raise OarlockError(f"{path} or its .pub already exists; not overwritten", code="usage")
