@@ -382,8 +382,9 @@ def floors_section(res: dict[str, Any]) -> list[str]:
         f"{f['flushes']} flushed and {f['commits']} unflushed commits (counted in this "
         "invocation by tracing the store's statements; pinned in "
         "`tests/integration/test_commit_counts.py`): each model response is flushed before "
-        "its tools run; the run's creation, a step of `read` results, each call's claim and "
-        "receipt ride on the next flush (see the README's durability rule). The floor is "
+        "its tools run; the run's creation, the drive's lease, a step of `read` results and "
+        "each read call's one write (its claim, invocation and receipt) ride on the next "
+        "flush (see the README's durability rule). The floor is "
         f"{f['per_turn']:.3f} ms per model turn; oarlock's durable turn took {base:.3f} ms, "
         f"{base / f['per_turn']:.1f}× the floor"
         + (
