@@ -332,10 +332,8 @@ class PostgresGovernanceStore:
 
         async def work(conn: AsyncConnection[Any]) -> ClaimHeld | None:
             await _check_fence(conn, fence)
-            if await _count(conn, "insert_claim", _claim_params(claim)) != 1:
-                held = await self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
-                if run_again() and held is not None and held.claim.invocation_id == invocation_id:
-                    return None  # this claim's own first try committed (see run_again)
+            taken, held = await self._take(conn, claim)
+            if not taken:
                 return held
             if approval_id is not None and grant is None:
                 params = {"approval_id": approval_id, "invocation_id": invocation_id}
@@ -350,6 +348,19 @@ class PostgresGovernanceStore:
             return None
 
         return await self._runs.run("claiming an idempotency key", work, sync=sync, fast=fast)
+
+    async def _take(
+        self, conn: AsyncConnection[Any], claim: Claim
+    ) -> tuple[bool, ClaimHeld | None]:
+        """Insert ``claim``: (True, None) when it is taken; else (False, its holder), or
+        (False, None) when the holder is this claim's own first try, which committed (see
+        run_again): the write it belongs to stands."""
+        if await _count(conn, "insert_claim", _claim_params(claim)) == 1:
+            return True, None
+        held = await self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
+        if run_again() and held is not None and held.claim.invocation_id == claim.invocation_id:
+            return False, None
+        return False, held
 
     async def take_over(
         self,
@@ -441,12 +452,8 @@ class PostgresGovernanceStore:
 
         async def work(conn: AsyncConnection[Any]) -> ClaimHeld | None:
             await _check_fence(conn, fence)
-            if await _count(conn, "insert_claim", _claim_params(claim)) != 1:
-                key = (claim.tenant_id, claim.tool_id, claim.idempotency_key)
-                held = await self._held(conn, *key)
-                mine = held is not None and held.claim.invocation_id == claim.invocation_id
-                if run_again() and mine:
-                    return None  # this record's own first try committed (see run_again)
+            taken, held = await self._take(conn, claim)
+            if not taken:
                 return held
             await self._insert_receipt(conn, receipt, result, finished, appender)
             return None
