@@ -58,7 +58,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from functools import cache
 from pathlib import Path
 from types import TracebackType
@@ -371,6 +371,51 @@ def _backfill_due(conn: sqlite3.Connection) -> None:
             conn.execute("UPDATE runs SET approval_due = ? WHERE num = ?", (due, num))
 
 
+class _Transaction:
+    """A write transaction of :class:`SQLiteStore` (see ``SQLiteStore._transaction``): a
+    plain context manager, as every write of the store enters one (a generator-based one
+    costs a generator and its frames each time)."""
+
+    __slots__ = ("_conn", "_doing", "_flush", "_store")
+
+    def __init__(
+        self, store: SQLiteStore, conn: sqlite3.Connection, doing: str, flush: bool
+    ) -> None:
+        self._store, self._conn, self._doing, self._flush = store, conn, doing, flush
+
+    def __enter__(self) -> None:
+        store, conn = self._store, self._conn
+        try:
+            if self._flush != store._flushing:
+                conn.execute("PRAGMA synchronous = FULL" if self._flush else _NORMAL)
+                store._flushing = self._flush
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            SQLiteStore._rollback(conn)
+            raise _store_error(exc, self._doing) from exc
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        if exc is None:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as failed:
+                SQLiteStore._rollback(conn)
+                raise _store_error(failed, self._doing) from failed
+            return
+        SQLiteStore._rollback(conn)
+        if isinstance(exc, sqlite3.Error):
+            raise _store_error(exc, self._doing) from exc
+
+
+_NORMAL = "PRAGMA synchronous = NORMAL"
+
+
 class SQLiteStore(SQLiteQueue):
     """A :class:`~oarlock.store.RunStore` in the SQLite database at ``path``, created
     (0600, in folders made 0700) unless ``create=False``, which raises
@@ -471,10 +516,9 @@ class SQLiteStore(SQLiteQueue):
             raise StoreError(f"the store at {self.path} is closed", code="store_closed")
         return self._conn
 
-    @contextmanager
     def _transaction(
         self, conn: sqlite3.Connection, doing: str, *, flush: bool = True
-    ) -> Iterator[None]:
+    ) -> _Transaction:
         """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any error.
 
         ``flush=False`` commits without waiting for the disk (``synchronous=NORMAL``): the
@@ -485,19 +529,7 @@ class SQLiteStore(SQLiteQueue):
         the other value (every write of this store is such a transaction). Until then it
         is SQLite's default (FULL; NORMAL in some builds): either flushes the checkpoint a
         connection that only read may run when it closes."""
-        try:
-            if flush != self._flushing:
-                conn.execute(f"PRAGMA synchronous = {'FULL' if flush else 'NORMAL'}")
-                self._flushing = flush
-            conn.execute("BEGIN IMMEDIATE")
-            yield
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            raise _store_error(exc, doing) from exc
-        except BaseException:
-            self._rollback(conn)
-            raise
+        return _Transaction(self, conn, doing, flush)
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:

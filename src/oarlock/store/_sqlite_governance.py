@@ -112,8 +112,11 @@ _MAX_BODY = 64 * 1024 * 1024
 _HASH = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 
 
+_QUERIES = named_queries(_FILE)
+
+
 def _q(name: str) -> str:
-    return named_queries(_FILE)[name]
+    return _QUERIES[name]
 
 
 def pack_body(jcs: bytes) -> bytes | str:
@@ -203,10 +206,21 @@ class SQLiteGovernanceStore:
 
             raise lease_lost(fence, current)
 
-    def _append(self, conn: sqlite3.Connection, kind: str, at: str, body: dict[str, Any]) -> int:
-        """Append one entry after the current head; call inside a write transaction."""
-        head = conn.execute(_q("ledger_head")).fetchone()
-        seq, prev = (1, GENESIS_HASH) if head is None else (head[0] + 1, unpack_hash(head[1]))
+    def _append(
+        self,
+        conn: sqlite3.Connection,
+        kind: str,
+        at: str,
+        body: dict[str, Any],
+        after: tuple[int, str] | None = None,
+    ) -> tuple[int, str]:
+        """Append one entry after the current head (``after``, the sequence number and hash
+        of an entry this transaction appended last, or else read from the ledger); its
+        sequence number and hash. Call inside a write transaction."""
+        if after is None:
+            head = conn.execute(_q("ledger_head")).fetchone()
+            after = (0, GENESIS_HASH) if head is None else (head[0], unpack_hash(head[1]))
+        seq, prev = after[0] + 1, after[1]
         jcs = canonicalize(body)
         hashed = entry_hash_canonical(seq, kind, at, jcs, prev)
         conn.execute(
@@ -220,7 +234,7 @@ class SQLiteGovernanceStore:
                 "entry_hash": pack_hash(hashed),
             },
         )
-        return seq
+        return seq, hashed
 
     def _read(self, name: str, params: dict[str, Any]) -> list[sqlite3.Row]:
         try:
@@ -230,19 +244,21 @@ class SQLiteGovernanceStore:
 
     def _insert_invocation(
         self, conn: sqlite3.Connection, invocation: dict[str, Any], at: str
-    ) -> None:
-        seq = self._append(conn, "invocation", at, invocation)
+    ) -> tuple[int, str]:
+        """Append the invocation and index it; its ledger entry's number and hash."""
+        entry = self._append(conn, "invocation", at, invocation)
         conn.execute(
             _q("insert_invocation"),
             {
                 "invocation_id": invocation["invocationId"],
                 "run_id": invocation["runId"],
-                "ledger_seq": seq,
+                "ledger_seq": entry[0],
             },
         )
+        return entry
 
     def _insert_approval(self, conn: sqlite3.Connection, approval: Approval, at: str) -> None:
-        seq = self._append(conn, "approval", at, approval.to_json())
+        seq, _ = self._append(conn, "approval", at, approval.to_json())
         try:
             conn.execute(
                 _q("insert_approval"),
@@ -330,16 +346,26 @@ class SQLiteGovernanceStore:
             self._insert_receipt(conn, receipt, result, at)
 
     def _insert_receipt(
-        self, conn: sqlite3.Connection, receipt: dict[str, Any], result: bytes | None, at: str
+        self,
+        conn: sqlite3.Connection,
+        receipt: dict[str, Any],
+        result: bytes | None,
+        at: str,
+        after: tuple[int, str] | None = None,
     ) -> None:
+        """Store the receipt (and its result). ``after``: the ledger entry of its invocation,
+        appended by this very transaction, which so has no receipt yet: nothing to look up,
+        neither the receipt nor the ledger's head."""
         invocation_id = receipt["invocationId"]
-        if conn.execute(_q("receipt_status"), {"invocation_id": invocation_id}).fetchone():
+        if after is None and conn.execute(
+            _q("receipt_status"), {"invocation_id": invocation_id}
+        ).fetchone():
             raise ConflictError(
                 f"invocation {invocation_id} has a receipt already", code="receipt_exists"
             )
         if result is not None:
             conn.execute(_q("insert_artifact"), {"ref": artifact_ref(result), "data": result})
-        seq = self._append(conn, "receipt", at, receipt)
+        seq, _ = self._append(conn, "receipt", at, receipt, after)
         try:
             conn.execute(
                 _q("insert_receipt"),
@@ -359,8 +385,8 @@ class SQLiteGovernanceStore:
         conn = self._runs.db()
         with self._runs.transaction("recording a refused call", flush=False):
             self._fenced(conn, fence)
-            self._insert_invocation(conn, invocation, at)
-            self._insert_receipt(conn, receipt, None, at)
+            entry = self._insert_invocation(conn, invocation, at)
+            self._insert_receipt(conn, receipt, None, at, entry)
 
     async def record(
         self,
@@ -377,8 +403,8 @@ class SQLiteGovernanceStore:
             self._fenced(conn, fence)
             if conn.execute(_q("insert_claim"), _claim_params(claim)).rowcount != 1:
                 return self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
-            self._insert_invocation(conn, invocation, at)
-            self._insert_receipt(conn, receipt, result, receipt["finishedAt"])
+            entry = self._insert_invocation(conn, invocation, at)
+            self._insert_receipt(conn, receipt, result, receipt["finishedAt"], entry)
         return None
 
     async def reconcile(self, reconciliation: Reconciliation) -> None:
@@ -399,7 +425,9 @@ class SQLiteGovernanceStore:
                 reconciliation,
                 None if latest is None else Reconciliation.from_json(_body(latest[0], "record")),
             )
-            seq = self._append(conn, "reconciliation", reconciliation.at, reconciliation.to_json())
+            seq, _ = self._append(
+                conn, "reconciliation", reconciliation.at, reconciliation.to_json()
+            )
             conn.execute(
                 _q("insert_reconciliation"),
                 {
