@@ -8,11 +8,11 @@ changes nothing, so two writers racing on one run cannot both win.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from oarlock.errors import StoreError
+from oarlock.store._json import compact as _compact
 
 if TYPE_CHECKING:  # annotations only: the read-only CLI commands load no pydantic
     from oarlock.formats._models import RunDocument
@@ -44,8 +44,6 @@ class Event:
     seq: int = 0
 
 
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-"""``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``, its encoder made once."""
 
 
 def event_rows(run_id: str, events: list[Event]) -> list[tuple[str, str, str]]:

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Self
 from oarlock.errors import ConflictError, FormatError, IntegrityError, NotFound, StoreError
 from oarlock.formats._runcheck import conforming_run
 from oarlock.store._group_commit import GroupCommit
+from oarlock.store._json import compact as _compact
 from oarlock.store._leases import Wakeups
 from oarlock.store._sqlite_queue import SQLiteQueue
 
@@ -221,9 +222,6 @@ def _store_error(exc: sqlite3.Error, doing: str) -> StoreError:
     return StoreError(f"sqlite failed while {doing}: {exc}", code="store_busy" if busy else None)
 
 
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-"""``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``, its encoder made once
-(``json.dumps`` makes one at every call with these arguments)."""
 
 
 def _columns(document: RunDocument) -> dict[str, Any]:
