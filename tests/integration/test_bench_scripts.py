@@ -216,13 +216,17 @@ def test_the_report_bounds_the_durable_targets_by_their_floors() -> None:
         if ms is not None:
             row["ms"] = {"median": ms, "min": ms, "max": ms, "n": 1}
     table = report.targets_section(res)
-    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in table if "|" in line}
+    rows = {
+        line.split(" | ")[0][2:]: line.replace("\N{MULTIPLICATION SIGN}", "x").split(" | ")[1:]
+        for line in table
+        if "|" in line
+    }
     assert rows["durable SQLite, per turn vs LangGraph's fastest durable row"] == [
-        "8×", "4.00×", "no (short by 2.0×)", "10.0× / 8.0× |"
+        "8x", "4.00x", "no (short by 2.0x)", "10.0x / 8.0x |"
     ]  # fmt: skip
     assert rows["durable SQLite, per turn / its flush floor"] == [
-        "≤ 2×", "2.50×", "no", "1.0× / 1.25× |"
+        "\N{LESS-THAN OR EQUAL TO} 2x", "2.50x", "no", "1.0x / 1.25x |"
     ]  # fmt: skip
     assert rows["pause and resume vs Pydantic AI's JSON file"] == [
-        "2×", "1.20×", "no (short by 1.7×)", "3.0× / 2.0× |"
+        "2x", "1.20x", "no (short by 1.7x)", "3.0x / 2.0x |"
     ]  # fmt: skip

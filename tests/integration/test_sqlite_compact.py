@@ -22,7 +22,7 @@ from oarlock.formats import dump_json
 from oarlock.formats._time import now_rfc3339
 from oarlock.governance import generate_key, sign_checkpoint, verify_chain
 from oarlock.models import ScriptedModel
-from oarlock.store import Event, SQLiteStore, _sqlite
+from oarlock.store import Event, SQLiteStore, _sqlite, _sqlite_rows
 
 KEY = generate_key()
 
@@ -111,7 +111,7 @@ def as_version_2(source: Path, target: Path) -> None:
             )
         packed = "SELECT run_id, seq, data FROM events WHERE typeof(data) = 'blob'"
         for run_id, seq, data in conn.execute(packed).fetchall():  # JSON text, as then
-            text = _sqlite._compact(_sqlite._event_data(run_id, seq, data))
+            text = _sqlite._compact(_sqlite_rows._event_data(run_id, seq, data))
             conn.execute(
                 "UPDATE events SET data = ? WHERE run_id = ? AND seq = ?", (text, run_id, seq)
             )

@@ -23,7 +23,7 @@ from oarlock.engine._core import new_run
 from oarlock.errors import IntegrityError
 from oarlock.formats import RunDocument, dump_json
 from oarlock.formats._time import now_rfc3339
-from oarlock.store import Event, SQLiteStore, _sqlite
+from oarlock.store import Event, SQLiteStore, _sqlite, _sqlite_rows
 from oarlock.store._packing import Packing
 
 RUN = "run-events"
@@ -160,7 +160,7 @@ def test_a_version_5_file_keeps_its_events_and_appends_packed_ones(tmp_path: Pat
 
 def bomb() -> bytes:
     compressor = zlib.compressobj(9, zlib.DEFLATED, -11, 9, zlib.Z_DEFAULT_STRATEGY,
-                                  _sqlite._EVENT_DICTIONARY)  # fmt: skip
+                                  _sqlite_rows._EVENT_DICTIONARY)  # fmt: skip
     return b"\x02" + compressor.compress(b" " * (2 << 20)) + compressor.flush()
 
 
@@ -180,8 +180,8 @@ def bomb() -> bytes:
 def test_damaged_event_data_is_an_integrity_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str, message: str
 ) -> None:
-    monkeypatch.setattr(_sqlite, "_MAX_EVENT", 1 << 20)
-    monkeypatch.setattr(_sqlite, "_EVENT_PACK_FROM", 64)  # event 3 (a turn's) packed too
+    monkeypatch.setattr(_sqlite_rows, "_MAX_EVENT", 1 << 20)
+    monkeypatch.setattr(_sqlite_rows, "_EVENT_PACK_FROM", 64)  # event 3 (a turn's) packed too
     path = tmp_path / "e.db"
     write(path)
     packed = stored(path)[2]
@@ -194,7 +194,7 @@ def test_damaged_event_data_is_an_integrity_error(
         "ledger": b"\x01" + packed[1:],
         "empty": b"",
         "bomb": bomb(),
-        "not-json": Packing({2: _sqlite._EVENT_DICTIONARY}, 2).pack(b'{"turn":1,'),
+        "not-json": Packing({2: _sqlite_rows._EVENT_DICTIONARY}, 2).pack(b'{"turn":1,'),
     }[damage]
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE events SET data = ? WHERE seq = 3", (edited,))
@@ -230,10 +230,10 @@ JSON = st.recursive(
 @given(st.dictionaries(st.text(max_size=12), JSON, max_size=6), st.integers(0, 5000))
 def test_event_data_reads_back_as_written(data: dict[str, Any], pad: int) -> None:
     data = data | {"pad": "é" * pad}  # beyond the 2 KB window too
-    (row,) = _sqlite._event_rows(RUN, [Event("custom", AT, data)])
+    (row,) = _sqlite_rows._event_rows(RUN, [Event("custom", AT, data)])
     raw = compact(data)
     if len(raw) < 512:
         assert row["data"] == raw.decode("utf-8")
     else:
         assert isinstance(row["data"], bytes) and row["data"][0] == 2
-    assert _sqlite._event_data(RUN, 1, row["data"]) == json.loads(raw)
+    assert _sqlite_rows._event_data(RUN, 1, row["data"]) == json.loads(raw)

@@ -216,7 +216,7 @@ RUN_TABLES = {"runs", "events", "run_tags"}
 GOVERNANCE_TABLES = {"ledger", "invocations", "claims", "approvals", "receipts",
                      "reconciliations", "artifacts", "checkpoints"}
 QUEUE_TABLES = {"workers", "leaders"}
-ALL_TABLES = RUN_TABLES | GOVERNANCE_TABLES | QUEUE_TABLES
+ALL_TABLES = RUN_TABLES | GOVERNANCE_TABLES | QUEUE_TABLES | {"messages"}
 
 
 def query_plans(conn: sqlite3.Connection, queries: Mapping[str, str]) -> dict[str, str]:

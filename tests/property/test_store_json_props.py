@@ -55,5 +55,5 @@ def test_a_cycle_is_refused_as_json_dumps_refuses_it() -> None:
 
 
 def test_non_string_keys_and_special_floats_as_json_dumps_writes_them() -> None:
-    value = {1: "a", 2.5: None, True: [float("inf"), float("nan")], None: "é\u2028"}
+    value = {1: "a", 2.5: None, False: [float("inf"), float("nan")], None: "é\u2028"}
     assert compact(value) == dumps(value)

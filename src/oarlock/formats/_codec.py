@@ -10,8 +10,19 @@ from pydantic import ValidationError as PydanticValidationError
 
 from oarlock.errors import FormatError
 from oarlock.formats._models import RunDocument
+from oarlock.formats._parts import join_run_json
 
-__all__ = ["dump", "dump_json", "dump_run", "dump_run_json", "parse", "parse_json", "parse_run"]
+__all__ = [
+    "dump",
+    "dump_json",
+    "dump_run",
+    "dump_run_json",
+    "dump_run_parts",
+    "join_run_json",
+    "parse",
+    "parse_json",
+    "parse_run",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -60,6 +71,15 @@ def dump_run_json(doc: RunDocument) -> bytes:
     is the very object dumped before, at the same place, gives its bytes again. The engine
     appends messages and never changes one once committed (``ValidatingStore`` checks that
     this dump parses to what a whole dump gives, at every write of the test suite)."""
+    return join_run_json(*dump_run_parts(doc))
+
+
+def dump_run_parts(doc: RunDocument) -> tuple[bytes, list[bytes]]:
+    """The parts :func:`dump_run_json` joins: the document's JSON object without its
+    messages, and the JSON of each message, in order. The list is the document's own cache
+    (do not change it): a message dumped before is the very bytes object given before, so
+    that a store which kept the list can tell the messages it has from new ones by
+    identity."""
     head = doc.__pydantic_serializer__.to_json(
         doc, exclude_unset=True, by_alias=True, exclude=_NOT_MESSAGES
     )
@@ -79,8 +99,7 @@ def dump_run_json(doc: RunDocument) -> bytes:
         parts.append(
             message.__pydantic_serializer__.to_json(message, exclude_unset=True, by_alias=True)
         )
-    opening = b',"messages":[' if len(head) > 2 else b'"messages":['
-    return b"".join((head[:-1], opening, b",".join(parts), b"]}"))
+    return head, parts
 
 
 def _same_start(dumped: list[object], messages: list[Any]) -> int:

@@ -11,7 +11,25 @@ VALUES ((SELECT coalesce(max(num), 0) + 1 FROM runs), :id, :agent, :status, :tur
         CASE WHEN :status = 'running' THEN :now END, :approval_due, :document);
 
 -- name: load_run
-SELECT document, version, agent_ref FROM runs WHERE id = :id;
+-- One row per message row of the run (one row when it has none), in order, in one
+-- statement and so from one snapshot. message_rows NULL: the document is whole; else it
+-- lacks its messages, which are rows of messages (see 0007).
+SELECT r.document, r.version, r.agent_ref, r.message_rows, m.idx, m.data
+FROM runs AS r LEFT JOIN messages AS m ON m.run_num = r.num AND r.message_rows IS NOT NULL
+WHERE r.id = :id
+ORDER BY m.idx;
+
+-- name: append_message
+INSERT INTO messages (run_num, idx, data) VALUES (:num, :idx, :data);
+
+-- name: run_num
+SELECT num FROM runs WHERE id = :id;
+
+-- name: drop_messages
+DELETE FROM messages WHERE run_num = :num;
+
+-- name: drop_run_messages
+DELETE FROM messages WHERE run_num = (SELECT num FROM runs WHERE id = :id);
 
 -- name: run_version
 SELECT version, lease_epoch, lease_owner FROM runs WHERE id = :id;
@@ -22,7 +40,7 @@ SELECT version, lease_epoch, lease_owner FROM runs WHERE id = :id;
 -- from now; one a lease holds stays ready at the lease's deadline.
 UPDATE runs
 SET agent = :agent, status = :status, turns = :turns, tags = :tags,
-    created_at = :created_at, updated_at = :updated_at, document = :document,
+    created_at = :created_at, updated_at = :updated_at, document = :document, message_rows = :message_rows,
     approval_due = :approval_due, version = version + 1,
     ready_at = CASE WHEN :status = 'running' THEN max(coalesce(ready_at, 0), :now) END
 WHERE id = :id AND version = :expected_version;
@@ -32,7 +50,7 @@ WHERE id = :id AND version = :expected_version;
 -- the lease's epoch and owner. It assigns no column of runs_runnable (see 0004).
 UPDATE runs
 SET agent = :agent, status = :status, turns = :turns, tags = :tags,
-    created_at = :created_at, updated_at = :updated_at, document = :document,
+    created_at = :created_at, updated_at = :updated_at, document = :document, message_rows = :message_rows,
     approval_due = :approval_due, version = version + 1
 WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
   AND lease_owner = :owner;
@@ -45,7 +63,7 @@ WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
 -- save_run_fenced, which tells them apart.
 UPDATE runs
 SET agent = :agent, turns = :turns, tags = :tags, updated_at = :updated_at,
-    document = :document, approval_due = :approval_due, version = version + 1
+    document = :document, message_rows = :message_rows, approval_due = :approval_due, version = version + 1
 WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
   AND lease_owner = :owner AND status = :status AND created_at = :created_at;
 
@@ -53,7 +71,7 @@ WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
 -- The lease holder's save of a run that stops running (finished, waiting): no longer ready.
 UPDATE runs
 SET agent = :agent, status = :status, turns = :turns, tags = :tags,
-    created_at = :created_at, updated_at = :updated_at, document = :document,
+    created_at = :created_at, updated_at = :updated_at, document = :document, message_rows = :message_rows,
     approval_due = :approval_due, version = version + 1, ready_at = NULL
 WHERE id = :id AND version = :expected_version AND lease_epoch = :epoch
   AND lease_owner = :owner;
