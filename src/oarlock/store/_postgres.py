@@ -81,22 +81,29 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _event_columns(run_id: str, events: list[Event]) -> dict[str, list[str]]:
-    """The events as three arrays (kinds, times, JSON data), serialized before anything
-    is written. Data holding a lone surrogate is written with JSON escapes (PostgreSQL
-    text is UTF-8)."""
+def _event_columns(run_id: str, events: list[Event]) -> dict[str, Any]:
+    """The events as one parameter, serialized before anything is written: ``events``, a
+    JSON array of ``[kind, time, data as JSON text]`` (unpacked by the statement with
+    ``json_array_elements``), and ``count``, its length. One text parameter costs the
+    client one C-encoded ``json.dumps``, where three ``text[]`` arrays were escaped
+    element by element. Data holding a lone surrogate is written with JSON escapes
+    (PostgreSQL text is UTF-8); a kind or time holding NUL, which PostgreSQL text cannot
+    hold, is refused."""
     from oarlock.store._base import event_rows
 
-    kinds, ats, datas = [], [], []
+    rows = []
     for (kind, at, text), event in zip(event_rows(run_id, events), events, strict=True):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
             text = json.dumps(event.data, separators=(",", ":"), ensure_ascii=True)  # noqa: PLW2901
-        kinds.append(kind)
-        ats.append(at)
-        datas.append(text)
-    return {"kinds": kinds, "ats": ats, "datas": datas}
+        if "\x00" in kind or "\x00" in at:
+            raise StoreError(
+                f"event of run {run_id}: PostgreSQL text cannot hold NUL (0x00)",
+                code="store_refused",
+            )
+        rows.append((kind, at, text))
+    return {"count": len(rows), "events": _compact(rows)}
 
 
 def _columns(document: RunDocument) -> dict[str, Any]:
