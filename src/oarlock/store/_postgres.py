@@ -12,7 +12,10 @@ of its approvals and the wake-up of the workers together), committed with
 ``synchronous_commit`` as the server sets it (``on`` by default: flushed to disk, and to a
 synchronous standby if there is one), or off when not ``flush``. ``save`` is a
 compare-and-swap on the run's version; given a lease, it is fenced too: the run's lease
-epoch and owner must be the lease's, in the same statement, else :class:`LeaseLost`.
+epoch and owner must be the lease's, in the same statement, else :class:`LeaseLost`. A
+drive's last save (the run left at rest) gives the drive's lease back in that statement
+(``release=True``, :func:`oarlock.engine._lease.save_releasing`): one commit fewer, and a
+release that happens only if the save does.
 
 Durability, as the SQLite store has it: what this store commits with
 ``synchronous_commit`` on: runs and events, claims of runs (``claim``, ``claim_run``: an
@@ -56,6 +59,7 @@ from oarlock.errors import (
     LeaseLost,
     NotFound,
     StoreError,
+    UsageError,
 )
 from oarlock.store._postgres_base import pg_queries, run_again
 from oarlock.store._postgres_queue import PostgresQueue
@@ -190,6 +194,9 @@ class PostgresStore(PostgresQueue):
     :class:`~oarlock.errors.NotFound` (code ``no_database``) for a database without them.
     Nothing connects until the first call."""
 
+    # a drive's last save gives its lease back in the same statement (save(release=True))
+    saves_releasing = True
+
     def __init__(
         self,
         url: str,
@@ -282,10 +289,16 @@ class PostgresStore(PostgresQueue):
         *,
         lease: Lease | None = None,
         flush: bool = True,
+        release: bool = False,
     ) -> int:
+        """As :meth:`RunStore.save <oarlock.store.RunStore.save>`; with ``release``, the
+        ``lease`` is also given back in the same statement (fenced as the save is, in its
+        commit: a drive's last save, see :func:`oarlock.engine._lease.save_releasing`)."""
         run_id = document.id
         if lease is not None and lease.run_id != run_id:
             raise LeaseLost(f"the lease given is on run {lease.run_id}, not on run {run_id}")
+        if release and lease is None:
+            raise UsageError("a save that releases a lease needs the lease", code="usage")
         params = {
             **_columns(document),
             **_event_columns(run_id, events),
@@ -293,6 +306,7 @@ class PostgresStore(PostgresQueue):
             "epoch": None if lease is None else lease.epoch,
             "owner": None if lease is None else lease.owner,
             "lazy": not flush,
+            "release": release,
         }
 
         async def write(conn: AsyncConnection[Any]) -> int:

@@ -60,6 +60,9 @@ SELECT pg_notify('oarlock_work', c.tenant) FROM created AS c WHERE c.status = 'r
 -- refused (see run_state). With %(lazy)s, its commit does not wait for the disk
 -- (synchronous_commit off until this statement's transaction ends: current sets it as it
 -- locks the row, before anything is written). %(events)s and %(count)s: as create_run's.
+-- With %(release)s (a lease given), the save also gives the lease back, as release does:
+-- in the same fenced update, so that it releases nothing when the fence or the version
+-- does not hold, and in the same commit.
 WITH current AS (
     SELECT r.id, r.status AS was, r.tenant,
            CASE WHEN %(lazy)s::boolean THEN set_config('synchronous_commit', 'off', true)
@@ -71,8 +74,11 @@ WITH current AS (
         created_at = %(created_at)s, updated_at = %(updated_at)s, document = %(document)s,
         version = r.version + 1, approval_due = %(approval_due)s::double precision,
         events = r.events + %(count)s::integer,
+        lease_owner = CASE WHEN %(release)s::boolean THEN NULL ELSE r.lease_owner END,
+        lease_until = CASE WHEN %(release)s::boolean THEN NULL ELSE r.lease_until END,
         ready_at = CASE
             WHEN %(status)s <> 'running' THEN NULL
+            WHEN %(release)s::boolean THEN extract(epoch FROM statement_timestamp())
             WHEN %(epoch)s::bigint IS NOT NULL AND r.ready_at IS NOT NULL THEN r.ready_at
             ELSE greatest(coalesce(r.ready_at, 0), coalesce(r.lease_until, 0),
                           extract(epoch FROM statement_timestamp()))
@@ -82,9 +88,11 @@ WITH current AS (
       AND (%(epoch)s::bigint IS NULL
            OR (r.lease_epoch = %(epoch)s::bigint AND r.lease_owner = %(owner)s::text))
     RETURNING r.id, r.tenant, r.events - %(count)s::integer AS base, c.lazy,
-              c.was <> 'running' AND r.status = 'running'
-                  AND (r.lease_owner IS NULL
-                       OR r.lease_until < extract(epoch FROM statement_timestamp()))
+              r.status = 'running'
+                  AND (%(release)s::boolean
+                       OR c.was <> 'running'
+                          AND (r.lease_owner IS NULL
+                               OR r.lease_until < extract(epoch FROM statement_timestamp())))
                   AS wake
 ), added AS (
     INSERT INTO events (run_id, seq, kind, at, data)
