@@ -61,6 +61,7 @@ from oarlock.errors import (
     StoreError,
     UsageError,
 )
+from oarlock.store._base import _compact
 from oarlock.store._postgres_base import pg_queries, run_again
 from oarlock.store._postgres_queue import PostgresQueue
 
@@ -81,8 +82,9 @@ def _q(name: str) -> str:
     return pg_queries("postgres_queries.sql")[name]
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+_ascii = json.JSONEncoder(separators=(",", ":")).encode
+"""``json.dumps(value, separators=(",", ":"))``, its encoder made once (json.dumps makes
+one per call when given separators)."""
 
 
 def _event_columns(run_id: str, events: list[Event]) -> dict[str, Any]:
@@ -100,7 +102,7 @@ def _event_columns(run_id: str, events: list[Event]) -> dict[str, Any]:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            text = json.dumps(event.data, separators=(",", ":"), ensure_ascii=True)  # noqa: PLW2901
+            text = _ascii(event.data)  # noqa: PLW2901
         if "\x00" in kind or "\x00" in at:
             raise StoreError(
                 f"event of run {run_id}: PostgreSQL text cannot hold NUL (0x00)",
@@ -120,7 +122,7 @@ def _columns(document: RunDocument) -> dict[str, Any]:
         "agent": document.agent,
         "status": document.status,
         "turns": document.turns,
-        "tags": json.dumps(document.tags or {}, separators=(",", ":")),
+        "tags": _ascii(document.tags or {}),
         "created_at": document.created_at,
         "updated_at": document.updated_at,
         "document": dump_run_json(document),
