@@ -86,10 +86,13 @@ async def test_a_save_that_releases_is_fenced_and_compared_as_any_save(url: str)
         # the holder's: saved, events added, and the lease given back; a running run is
         # runnable again from now, as after release
         event = Event("note", "t", {"n": 1})
-        version = await store.save(
-            stored.document, stored.version, [event], lease=second, release=True
-        )
-        assert version == stored.version + 1
+        with psycopg.connect(url, autocommit=True) as listener:
+            listener.execute("LISTEN oarlock_work")
+            version = await store.save(
+                stored.document, stored.version, [event], lease=second, release=True
+            )
+            woken = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        assert version == stored.version + 1 and woken == ["default"]
         owner, until, epoch, ready = lease_of(url, doc.id)
         assert (owner, until, epoch) == (None, None, second.epoch)
         assert stored.document.status == "running" and ready is not None
