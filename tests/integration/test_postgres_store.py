@@ -142,6 +142,17 @@ async def test_text_postgresql_cannot_hold_is_a_clear_refusal() -> None:
         # a lone surrogate in event data is stored escaped, and read back as it was
         await store.create(doc("r1"), [Event("run_created", "t", {"s": "\udcff"})])
         assert (await store.events("r1"))[0].data == {"s": "\udcff"}
+        # the events go as one JSON parameter: quotes, backslashes, escapes and text
+        # beyond the BMP come back as they were; a kind holding NUL is refused
+        tricky = {"q": 'a"b\\c\\u0000\u00e9\U0001f600', "n": [1.5, None, True]}
+        await store.create(doc("r2"), [Event("run_created", 't"\\', tricky)])
+        [back] = await store.events("r2")
+        assert (back.kind, back.at, back.data) == ("run_created", 't"\\', tricky)
+        with pytest.raises(StoreError) as info:
+            await store.create(doc("r3"), [Event("run\x00created", "t", {})])
+        assert info.value.code == "store_refused" and "NUL" in str(info.value)
+        with pytest.raises(NotFound):
+            await store.load("r3")
 
 
 # --- URL -----------------------------------------------------------------------------

@@ -21,7 +21,9 @@ whose writes made in one turn of the event loop share one transaction, in the or
 were made (``commits_together``: the SQLite store's group commit), the drive's own lease is
 released in that save's transaction (:func:`save_releasing`), not in one of its own after
 it: the release is fenced by the lease's epoch and owner as the save is, so it releases
-nothing when the save finds the lease lost, and it is flushed with the save.
+nothing when the save finds the lease lost, and it is flushed with the save. On a queue
+whose save can give the lease back itself (``saves_releasing``: the PostgreSQL store's
+``save(release=True)``), the last save does, in the same fenced statement and commit.
 """
 
 from __future__ import annotations
@@ -174,18 +176,28 @@ async def drive_held(
 
 
 async def save_releasing(
-    queue: RunQueue | None, hold: Hold, save: Callable[[], Awaitable[T]]
+    queue: RunQueue | None, hold: Hold, save: Callable[[bool], Awaitable[T]]
 ) -> T:
-    """``save``, the drive's last, and the release of the drive's own lease in its
-    transaction where the queue ``commits_together`` (see the module); else ``save`` alone,
-    the lease released when the drive ends. The save is made first: its fence sees the
-    lease still held."""
+    """``save(release)``, the drive's last, and the release of the drive's own lease with
+    it (see the module): ``save(True)`` where the queue ``saves_releasing`` (the save gives
+    the lease back itself), else ``save(False)`` and the release in its transaction where
+    the queue ``commits_together``; else ``save(False)`` alone, the lease released when the
+    drive ends. The save is made first: its fence sees the lease still held."""
     lease = hold.lease
-    if lease is None or hold.given or not getattr(queue, "commits_together", False):
-        return await save()
+    if lease is None or hold.given:
+        return await save(False)
+    if getattr(queue, "saves_releasing", False):
+        hold.released = True
+        try:
+            return await save(True)
+        except BaseException:  # not saved, so not released: drive_held releases it
+            hold.released = False
+            raise
+    if not getattr(queue, "commits_together", False):
+        return await save(False)
     assert queue is not None
     hold.released = True
-    saving = asyncio.ensure_future(save())
+    saving = asyncio.ensure_future(save(False))
     releasing = asyncio.ensure_future(queue.release(lease))
     try:
         return await saving

@@ -498,7 +498,10 @@ class Runner(Conversations, Decisions):
         hold: Hold | None = None,
     ) -> int:
         """Save a step; the drive's last (the run left at rest) gives back ``hold``."""
-        def save() -> Awaitable[int]:
+        def save(release: bool = False) -> Awaitable[int]:
+            if release:  # a queue that saves_releasing (see save_releasing): this store
+                releasing: Callable[..., Awaitable[int]] = self.store.save
+                return releasing(doc, version, events, lease=fence, flush=flush, release=True)
             return self.store.save(doc, version, events, lease=fence, flush=flush)
 
         try:

@@ -12,7 +12,10 @@ of its approvals and the wake-up of the workers together), committed with
 ``synchronous_commit`` as the server sets it (``on`` by default: flushed to disk, and to a
 synchronous standby if there is one), or off when not ``flush``. ``save`` is a
 compare-and-swap on the run's version; given a lease, it is fenced too: the run's lease
-epoch and owner must be the lease's, in the same statement, else :class:`LeaseLost`.
+epoch and owner must be the lease's, in the same statement, else :class:`LeaseLost`. A
+drive's last save (the run left at rest) gives the drive's lease back in that statement
+(``release=True``, :func:`oarlock.engine._lease.save_releasing`): one commit fewer, and a
+release that happens only if the save does.
 
 Durability, as the SQLite store has it: what this store commits with
 ``synchronous_commit`` on: runs and events, claims of runs (``claim``, ``claim_run``: an
@@ -56,7 +59,9 @@ from oarlock.errors import (
     LeaseLost,
     NotFound,
     StoreError,
+    UsageError,
 )
+from oarlock.store._base import _compact
 from oarlock.store._postgres_base import pg_queries, run_again
 from oarlock.store._postgres_queue import PostgresQueue
 
@@ -77,26 +82,34 @@ def _q(name: str) -> str:
     return pg_queries("postgres_queries.sql")[name]
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+_ascii = json.JSONEncoder(separators=(",", ":")).encode
+"""``json.dumps(value, separators=(",", ":"))``, its encoder made once (json.dumps makes
+one per call when given separators)."""
 
 
-def _event_columns(run_id: str, events: list[Event]) -> dict[str, list[str]]:
-    """The events as three arrays (kinds, times, JSON data), serialized before anything
-    is written. Data holding a lone surrogate is written with JSON escapes (PostgreSQL
-    text is UTF-8)."""
+def _event_columns(run_id: str, events: list[Event]) -> dict[str, Any]:
+    """The events as one parameter, serialized before anything is written: ``events``, a
+    JSON array of ``[kind, time, data as JSON text]`` (unpacked by the statement with
+    ``json_array_elements``), and ``count``, its length. One text parameter costs the
+    client one C-encoded ``json.dumps``, where three ``text[]`` arrays were escaped
+    element by element. Data holding a lone surrogate is written with JSON escapes
+    (PostgreSQL text is UTF-8); a kind or time holding NUL, which PostgreSQL text cannot
+    hold, is refused."""
     from oarlock.store._base import event_rows
 
-    kinds, ats, datas = [], [], []
+    rows = []
     for (kind, at, text), event in zip(event_rows(run_id, events), events, strict=True):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            text = json.dumps(event.data, separators=(",", ":"), ensure_ascii=True)  # noqa: PLW2901
-        kinds.append(kind)
-        ats.append(at)
-        datas.append(text)
-    return {"kinds": kinds, "ats": ats, "datas": datas}
+            text = _ascii(event.data)  # noqa: PLW2901
+        if "\x00" in kind or "\x00" in at:
+            raise StoreError(
+                f"event of run {run_id}: PostgreSQL text cannot hold NUL (0x00)",
+                code="store_refused",
+            )
+        rows.append((kind, at, text))
+    return {"count": len(rows), "events": _compact(rows)}
 
 
 def _columns(document: RunDocument) -> dict[str, Any]:
@@ -109,7 +122,7 @@ def _columns(document: RunDocument) -> dict[str, Any]:
         "agent": document.agent,
         "status": document.status,
         "turns": document.turns,
-        "tags": json.dumps(document.tags or {}, separators=(",", ":")),
+        "tags": _ascii(document.tags or {}),
         "created_at": document.created_at,
         "updated_at": document.updated_at,
         "document": dump_run_json(document),
@@ -182,6 +195,9 @@ class PostgresStore(PostgresQueue):
     are made on first use unless ``create=False``, which raises
     :class:`~oarlock.errors.NotFound` (code ``no_database``) for a database without them.
     Nothing connects until the first call."""
+
+    # a drive's last save gives its lease back in the same statement (save(release=True))
+    saves_releasing = True
 
     def __init__(
         self,
@@ -275,10 +291,16 @@ class PostgresStore(PostgresQueue):
         *,
         lease: Lease | None = None,
         flush: bool = True,
+        release: bool = False,
     ) -> int:
+        """As :meth:`RunStore.save <oarlock.store.RunStore.save>`; with ``release``, the
+        ``lease`` is also given back in the same statement (fenced as the save is, in its
+        commit: a drive's last save, see :func:`oarlock.engine._lease.save_releasing`)."""
         run_id = document.id
         if lease is not None and lease.run_id != run_id:
             raise LeaseLost(f"the lease given is on run {lease.run_id}, not on run {run_id}")
+        if release and lease is None:
+            raise UsageError("a save that releases a lease needs the lease", code="usage")
         params = {
             **_columns(document),
             **_event_columns(run_id, events),
@@ -286,6 +308,7 @@ class PostgresStore(PostgresQueue):
             "epoch": None if lease is None else lease.epoch,
             "owner": None if lease is None else lease.owner,
             "lazy": not flush,
+            "release": release,
         }
 
         async def write(conn: AsyncConnection[Any]) -> int:

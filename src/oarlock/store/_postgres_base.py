@@ -377,7 +377,13 @@ class PgBase:
         for attempt in range(_RETRIES):
             committing = not transaction and not idempotent  # one statement is its commit
             try:
-                async with pool.connection() as conn:
+                # getconn and putconn, not the pool's connection(): its context manager and
+                # the connection's (a commit or rollback that has nothing to do here: a
+                # transaction is committed or rolled back below, and the pool rolls back
+                # or drops a connection that comes back otherwise) cost a statement twice
+                # the pool's own work
+                conn = await pool.getconn()
+                try:
                     if fast is not None:
                         committing = True
                         done = await fast(conn)
@@ -397,6 +403,8 @@ class PgBase:
                     committing = True
                     await conn.execute("COMMIT")
                     return result
+                finally:
+                    await pool.putconn(conn)
             except PoolTimeout as exc:
                 raise self._unavailable(exc, doing) from None
             except psycopg.OperationalError as exc:

@@ -19,12 +19,12 @@ Leases, heartbeats and the runnable test use the database's clock, so that worke
 machines whose clocks differ agree on when a lease ends.
 
 Wake-ups: the statement that makes a run runnable (a create or save that makes it
-running, a release of a running run) sends ``NOTIFY oarlock_work`` with the tenant as
-payload, delivered when it commits. :meth:`wait_for_work` listens on a connection of its
-own; a listener made anew (the first wait, or after its connection was lost) looks once
-whether some run is runnable already and returns at once if so, so that a run made
-runnable while it connected, by this process or another, is not missed until the next
-poll.
+running, a release of a running run, a save that gives back the lease of a running run)
+sends ``NOTIFY oarlock_work`` with the tenant as payload, delivered when it commits.
+:meth:`wait_for_work` listens on a connection of its own; a listener made anew (the
+first wait, or after its connection was lost) looks once whether some run is runnable
+already and returns at once if so, so that a run made runnable while it connected, by
+this process or another, is not missed until the next poll.
 """
 
 from __future__ import annotations

@@ -27,7 +27,9 @@ SELECT pg_advisory_xact_lock(7951821729681263467);
 -- A run that is created running is runnable from now (ready_at, see the migration 0002)
 -- and wakes the workers when this commits. With %(lazy)s, its commit does not wait for
 -- the disk (synchronous_commit off until this statement's transaction ends; mode is the
--- source of the insert, so it is set before anything is written).
+-- source of the insert, so it is set before anything is written). %(events)s: the events
+-- as one JSON array of [kind, at, data as JSON text] (oarlock.store._postgres
+-- ._event_columns), %(count)s its length.
 WITH mode AS (
     SELECT CASE WHEN %(lazy)s::boolean THEN set_config('synchronous_commit', 'off', true)
            END AS lazy
@@ -36,7 +38,7 @@ WITH mode AS (
                       version, agent_ref, document, events, ready_at, approval_due)
     SELECT %(id)s, %(tenant)s, %(queue)s, %(agent)s, %(status)s, %(turns)s,
            %(tags)s::jsonb, %(created_at)s, %(updated_at)s, 1, %(agent_ref)s, %(document)s,
-           cardinality(%(kinds)s::text[]),
+           %(count)s::integer,
            CASE WHEN %(status)s = 'running' THEN extract(epoch FROM statement_timestamp())
            END,
            %(approval_due)s::double precision
@@ -44,10 +46,8 @@ WITH mode AS (
     RETURNING id, tenant, status
 ), added AS (
     INSERT INTO events (run_id, seq, kind, at, data)
-    SELECT c.id, e.ord, e.kind, e.at, e.data
-    FROM created AS c,
-         unnest(%(kinds)s::text[], %(ats)s::text[], %(datas)s::text[])
-             WITH ORDINALITY AS e (kind, at, data, ord)
+    SELECT c.id, e.ord, e.v ->> 0, e.v ->> 1, e.v ->> 2
+    FROM created AS c, json_array_elements(%(events)s::json) WITH ORDINALITY AS e (v, ord)
 )
 SELECT pg_notify('oarlock_work', c.tenant) FROM created AS c WHERE c.status = 'running';
 
@@ -59,7 +59,10 @@ SELECT pg_notify('oarlock_work', c.tenant) FROM created AS c WHERE c.status = 'r
 -- run a lease holds stays ready at the lease's deadline. One row when saved; none when
 -- refused (see run_state). With %(lazy)s, its commit does not wait for the disk
 -- (synchronous_commit off until this statement's transaction ends: current sets it as it
--- locks the row, before anything is written).
+-- locks the row, before anything is written). %(events)s and %(count)s: as create_run's.
+-- With %(release)s (a lease given), the save also gives the lease back, as release does:
+-- in the same fenced update, so that it releases nothing when the fence or the version
+-- does not hold, and in the same commit.
 WITH current AS (
     SELECT r.id, r.status AS was, r.tenant,
            CASE WHEN %(lazy)s::boolean THEN set_config('synchronous_commit', 'off', true)
@@ -70,9 +73,12 @@ WITH current AS (
     SET agent = %(agent)s, status = %(status)s, turns = %(turns)s, tags = %(tags)s::jsonb,
         created_at = %(created_at)s, updated_at = %(updated_at)s, document = %(document)s,
         version = r.version + 1, approval_due = %(approval_due)s::double precision,
-        events = r.events + cardinality(%(kinds)s::text[]),
+        events = r.events + %(count)s::integer,
+        lease_owner = CASE WHEN %(release)s::boolean THEN NULL ELSE r.lease_owner END,
+        lease_until = CASE WHEN %(release)s::boolean THEN NULL ELSE r.lease_until END,
         ready_at = CASE
             WHEN %(status)s <> 'running' THEN NULL
+            WHEN %(release)s::boolean THEN extract(epoch FROM statement_timestamp())
             WHEN %(epoch)s::bigint IS NOT NULL AND r.ready_at IS NOT NULL THEN r.ready_at
             ELSE greatest(coalesce(r.ready_at, 0), coalesce(r.lease_until, 0),
                           extract(epoch FROM statement_timestamp()))
@@ -81,17 +87,17 @@ WITH current AS (
     WHERE r.id = c.id AND r.version = %(expected_version)s
       AND (%(epoch)s::bigint IS NULL
            OR (r.lease_epoch = %(epoch)s::bigint AND r.lease_owner = %(owner)s::text))
-    RETURNING r.id, r.tenant, r.events - cardinality(%(kinds)s::text[]) AS base, c.lazy,
-              c.was <> 'running' AND r.status = 'running'
-                  AND (r.lease_owner IS NULL
-                       OR r.lease_until < extract(epoch FROM statement_timestamp()))
+    RETURNING r.id, r.tenant, r.events - %(count)s::integer AS base, c.lazy,
+              r.status = 'running'
+                  AND (%(release)s::boolean
+                       OR c.was <> 'running'
+                          AND (r.lease_owner IS NULL
+                               OR r.lease_until < extract(epoch FROM statement_timestamp())))
                   AS wake
 ), added AS (
     INSERT INTO events (run_id, seq, kind, at, data)
-    SELECT s.id, s.base + e.ord, e.kind, e.at, e.data
-    FROM saved AS s,
-         unnest(%(kinds)s::text[], %(ats)s::text[], %(datas)s::text[])
-             WITH ORDINALITY AS e (kind, at, data, ord)
+    SELECT s.id, s.base + e.ord, e.v ->> 0, e.v ->> 1, e.v ->> 2
+    FROM saved AS s, json_array_elements(%(events)s::json) WITH ORDINALITY AS e (v, ord)
 )
 SELECT s.id, CASE WHEN s.wake THEN pg_notify('oarlock_work', s.tenant) END AS woke
 FROM saved AS s;
