@@ -25,6 +25,7 @@ told.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Mapping
@@ -64,8 +65,23 @@ def new_uuid() -> str:
 def uuid_text(random: bytes) -> str:
     """The text of the version-4 UUID made of 16 random bytes (``uuid.UUID(bytes=random,
     version=4)``)."""
-    h = random.hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+    return _text(random.hex(), "4")
+
+
+def _text(h: str, version: str) -> str:
+    """The UUID of the first 32 hex digits ``h`` with its version and RFC 4122 variant set,
+    as ``str(uuid.UUID(hex=h[:32], version=...))`` writes it."""
+    variant = "89ab"[int(h[16], 16) & 3]
+    return f"{h[:8]}-{h[8:12]}-{version}{h[13:16]}-{variant}{h[17:20]}-{h[20:32]}"
+
+
+_NAMESPACE_BYTES = _NAMESPACE.bytes
+
+
+def name_uuid(name: str) -> str:
+    """``str(uuid.uuid5(_NAMESPACE, name))``, without the UUID objects it makes (one name
+    is hashed for each tool call)."""
+    return _text(hashlib.sha1(_NAMESPACE_BYTES + name.encode()).hexdigest(), "5")
 
 
 @lru_cache(maxsize=4096)
@@ -74,12 +90,12 @@ def run_uuid(run_id: str) -> str:
     try:
         return str(uuid.UUID(run_id))
     except ValueError:
-        return str(uuid.uuid5(_NAMESPACE, f"run:{run_id}"))
+        return name_uuid(f"run:{run_id}")
 
 
 def step_uuid(run_id: str, turn: int) -> str:
     """A stable id for one turn of one run (the same in every process that resumes it)."""
-    return str(uuid.uuid5(_NAMESPACE, f"step:{run_id}:{turn}"))
+    return name_uuid(f"step:{run_id}:{turn}")
 
 
 def _str(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False) -> Any:
