@@ -9,6 +9,8 @@ changes nothing, so two writers racing on one run cannot both win.
 from __future__ import annotations
 
 import json
+import json.encoder
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -44,8 +46,38 @@ class Event:
     seq: int = 0
 
 
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_checked = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 """``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``, its encoder made once."""
+
+
+def _fast_encoder() -> Callable[[Any], str] | None:
+    """The C encoder :data:`_checked` sets up at every call (with a fresh dict to find
+    cycles), made once and without that dict: a cycle, rather than ValueError, then
+    exhausts the recursion limit, and :func:`_compact` asks :data:`_checked` again to say
+    what it says. None where the C encoder is missing."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    text = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or text is None:
+        return None
+    default = json.JSONEncoder().default  # its TypeError names the type that is not JSON
+    try:
+        chunks = make(None, default, text, None, ":", ",", False, False, True)
+    except TypeError:  # another signature: the class serves
+        return None
+    return lambda value: "".join(chunks(value, 0))
+
+
+_fast = _fast_encoder()
+
+
+def _compact(value: Any) -> str:
+    """:data:`_checked`'s text of ``value`` and its errors."""
+    if _fast is None:
+        return _checked(value)
+    try:
+        return _fast(value)
+    except RecursionError:  # a cycle (ValueError) or nesting too deep: as _checked says
+        return _checked(value)
 
 
 def event_rows(run_id: str, events: list[Event]) -> list[tuple[str, str, str]]:
