@@ -153,12 +153,17 @@ class Review:
 def json_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments as JSON (what invocations record and hashes cover): validated
     arguments may hold models, dates or tuples."""
+    return canonical_arguments(arguments)[0]
+
+
+def canonical_arguments(arguments: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """:func:`json_arguments` and its JCS bytes: the arguments themselves when they are
+    JSON already, with the bytes that showed it."""
     try:
-        canonicalize(arguments)
+        return arguments, canonicalize(arguments)
     except (CanonicalizationError, TypeError, ValueError):
         converted: dict[str, Any] = to_jsonable_python(arguments)
-        return converted
-    return arguments
+        return converted, canonicalize(converted)
 
 
 class GovernedExecutor:
@@ -369,8 +374,7 @@ class GovernedExecutor:
     ) -> tuple[dict[str, Any], int]:
         """The invocation record (without its key and decision), and the size of its
         canonical arguments, which their hash was taken over."""
-        record = json_arguments(arguments)
-        canonical = canonicalize(record)
+        record, canonical = canonical_arguments(arguments)
         invocation: dict[str, Any] = {
             "invocationId": new_uuid(),
             "toolId": tool.name,
