@@ -34,6 +34,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from oarlock.errors import ConflictError, IntegrityError
+from oarlock.formats._jcs import canonicalize, digest, digest_bytes
 
 __all__ = [
     "APPROVAL_TYPE",
@@ -96,6 +97,26 @@ def run_uuid(run_id: str) -> str:
 def step_uuid(run_id: str, turn: int) -> str:
     """A stable id for one turn of one run (the same in every process that resumes it)."""
     return name_uuid(f"step:{run_id}:{turn}")
+
+
+def seal(receipt: dict[str, Any]) -> bytes:
+    """Set the receipt's ``receiptHash`` (the digest of the receipt without it, which must
+    not hold one yet) and return the JCS bytes of the receipt with it. JCS writes an
+    object's members sorted, and a receipt's other members' names all sort before
+    ``receiptHash`` (``effect``, ``error``, ``finishedAt``, ``invocationId``) or after it:
+    the two halves, written once, make both forms."""
+    low = {k: v for k, v in receipt.items() if k < "receiptHash"}
+    high = {k: v for k, v in receipt.items() if k > "receiptHash"}
+    try:
+        head, tail = canonicalize(low)[:-1], canonicalize(high)[1:]
+    except Exception:  # no canonical form: refused by the whole, as it says
+        head = tail = b""
+    if len(head) < 2 or len(tail) < 2:  # that, or a half without members (exact too)
+        receipt["receiptHash"] = digest(receipt)
+        return canonicalize(receipt)
+    digest_ = digest_bytes(head + b"," + tail)
+    receipt["receiptHash"] = digest_
+    return b"".join((head, b',"receiptHash":"', digest_.encode(), b'",', tail))
 
 
 def _str(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False) -> Any:
