@@ -28,8 +28,10 @@ __all__ = [
     "canonicalize",
     "digest",
     "digest_bytes",
+    "forget",
     "loads_jcs",
     "portable_problem",
+    "remember",
 ]
 
 INT_MAX = 2**53 - 1
@@ -119,6 +121,20 @@ def _as_ints(value: Any) -> Any:
     return value
 
 
+_KNOWN: dict[int, tuple[Any, bytes]] = {}  # id -> (the value, its canonical bytes)
+
+
+def remember(value: Any, canonical: bytes) -> None:
+    """Until :func:`forget`, :func:`canonicalize` of this very object gives ``canonical``
+    without writing it again: for a record whose bytes its maker has just written (a
+    receipt, hashed before it is stored), which no one changes meanwhile."""
+    _KNOWN[id(value)] = (value, canonical)
+
+
+def forget(value: Any) -> None:
+    _KNOWN.pop(id(value), None)
+
+
 def canonicalize(value: Any) -> bytes:
     """The RFC 8785 canonical UTF-8 bytes of a JSON value.
 
@@ -126,6 +142,10 @@ def canonicalize(value: Any) -> bytes:
     beyond ±(2**53 - 1), NaN and infinities, non-string keys, lone surrogates, and types
     that are not JSON.
     """
+    if _KNOWN:
+        known = _KNOWN.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
     try:
         try:
             _check(value)

@@ -58,7 +58,7 @@ from oarlock.errors import (
     OarlockError,
     OutcomeUnknown,
 )
-from oarlock.formats._jcs import canonicalize, digest, digest_bytes
+from oarlock.formats._jcs import canonicalize, digest, digest_bytes, forget, remember
 from oarlock.formats._models import ToolCallPart, ToolResultPart
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES
 from oarlock.formats._time import now_rfc3339, shift_rfc3339
@@ -82,7 +82,15 @@ from oarlock.governance._policy import (
     PolicyRequest,
     PolicyVerdict,
 )
-from oarlock.governance._records import Approval, CallOutcome, Claim, new_uuid, run_uuid, step_uuid
+from oarlock.governance._records import (
+    Approval,
+    CallOutcome,
+    Claim,
+    new_uuid,
+    run_uuid,
+    seal,
+    step_uuid,
+)
 from oarlock.governance._sandboxed import SandboxRefused, plan_sandbox
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
@@ -153,12 +161,17 @@ class Review:
 def json_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments as JSON (what invocations record and hashes cover): validated
     arguments may hold models, dates or tuples."""
+    return canonical_arguments(arguments)[0]
+
+
+def canonical_arguments(arguments: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """:func:`json_arguments` and its JCS bytes: the arguments themselves when they are
+    JSON already, with the bytes that showed it."""
     try:
-        canonicalize(arguments)
+        return arguments, canonicalize(arguments)
     except (CanonicalizationError, TypeError, ValueError):
         converted: dict[str, Any] = to_jsonable_python(arguments)
-        return converted
-    return arguments
+        return converted, canonicalize(converted)
 
 
 class GovernedExecutor:
@@ -369,8 +382,7 @@ class GovernedExecutor:
     ) -> tuple[dict[str, Any], int]:
         """The invocation record (without its key and decision), and the size of its
         canonical arguments, which their hash was taken over."""
-        record = json_arguments(arguments)
-        canonical = canonicalize(record)
+        record, canonical = canonical_arguments(arguments)
         invocation: dict[str, Any] = {
             "invocationId": new_uuid(),
             "toolId": tool.name,
@@ -646,6 +658,7 @@ class GovernedExecutor:
 
     async def _close(self, c: _Call, out: _Outcome) -> ToolResultPart:
         raw = None if out.text is None else out.text.encode("utf-8", "surrogatepass")
+        sealed: list[bytes] = []
         receipt = self._receipt(
             c.invocation,
             out.status,
@@ -656,7 +669,9 @@ class GovernedExecutor:
             effect=effect_record(out.effect) if c.tool.side_effect not in _SAFE else None,
             error=out.error,
             sandbox=out.sandbox,
+            sealed=sealed,
         )
+        remember(receipt, sealed[0])  # the store's ledger entry takes its bytes as made
         try:
             if c.unclaimed:
                 held = await self.store.record(
@@ -673,6 +688,8 @@ class GovernedExecutor:
             raise
         except Exception as exc:  # the outcome happened but is not on record
             return await self._unrecorded(c, out.started, exc)
+        finally:
+            forget(receipt)
         if out.text is not None:
             return self._result(c.call, out.text)
         if out.status == "Uncertain":
@@ -708,7 +725,9 @@ class GovernedExecutor:
         effect: dict[str, Any] | None = None,
         error: tuple[str, str] | None = None,
         sandbox: dict[str, Any] | None = None,
+        sealed: list[bytes] | None = None,
     ) -> dict[str, Any]:
+        """A tool-receipt-v1 record, its hash set; its JCS bytes go to ``sealed``."""
         receipt: dict[str, Any] = {
             "invocationId": invocation["invocationId"],
             "status": status,
@@ -731,7 +750,9 @@ class GovernedExecutor:
         if error is not None:
             message = sanitize(redact(error[1]), max_chars=4000)
             receipt["error"] = {"code": error[0], "message": message}
-        receipt["receiptHash"] = digest(receipt)
+        canonical = seal(receipt)
+        if sealed is not None:
+            sealed.append(canonical)
         return receipt
 
     async def _deny(self, c: _Call, refusal: _Refused) -> ToolResultPart:

@@ -25,6 +25,7 @@ told.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from oarlock.errors import ConflictError, IntegrityError
+from oarlock.formats._jcs import canonicalize, digest, digest_bytes
 
 __all__ = [
     "APPROVAL_TYPE",
@@ -64,8 +66,23 @@ def new_uuid() -> str:
 def uuid_text(random: bytes) -> str:
     """The text of the version-4 UUID made of 16 random bytes (``uuid.UUID(bytes=random,
     version=4)``)."""
-    h = random.hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+    return _text(random.hex(), "4")
+
+
+def _text(h: str, version: str) -> str:
+    """The UUID of the first 32 hex digits ``h`` with its version and RFC 4122 variant set,
+    as ``str(uuid.UUID(hex=h[:32], version=...))`` writes it."""
+    variant = "89ab"[int(h[16], 16) & 3]
+    return f"{h[:8]}-{h[8:12]}-{version}{h[13:16]}-{variant}{h[17:20]}-{h[20:32]}"
+
+
+_NAMESPACE_BYTES = _NAMESPACE.bytes
+
+
+def name_uuid(name: str) -> str:
+    """``str(uuid.uuid5(_NAMESPACE, name))``, without the UUID objects it makes (one name
+    is hashed for each tool call)."""
+    return _text(hashlib.sha1(_NAMESPACE_BYTES + name.encode()).hexdigest(), "5")
 
 
 @lru_cache(maxsize=4096)
@@ -74,12 +91,32 @@ def run_uuid(run_id: str) -> str:
     try:
         return str(uuid.UUID(run_id))
     except ValueError:
-        return str(uuid.uuid5(_NAMESPACE, f"run:{run_id}"))
+        return name_uuid(f"run:{run_id}")
 
 
 def step_uuid(run_id: str, turn: int) -> str:
     """A stable id for one turn of one run (the same in every process that resumes it)."""
-    return str(uuid.uuid5(_NAMESPACE, f"step:{run_id}:{turn}"))
+    return name_uuid(f"step:{run_id}:{turn}")
+
+
+def seal(receipt: dict[str, Any]) -> bytes:
+    """Set the receipt's ``receiptHash`` (the digest of the receipt without it, which must
+    not hold one yet) and return the JCS bytes of the receipt with it. JCS writes an
+    object's members sorted, and a receipt's other members' names all sort before
+    ``receiptHash`` (``effect``, ``error``, ``finishedAt``, ``invocationId``) or after it:
+    the two halves, written once, make both forms."""
+    low = {k: v for k, v in receipt.items() if k < "receiptHash"}
+    high = {k: v for k, v in receipt.items() if k > "receiptHash"}
+    try:
+        head, tail = canonicalize(low)[:-1], canonicalize(high)[1:]
+    except Exception:  # no canonical form: refused by the whole, as it says
+        head = tail = b""
+    if len(head) < 2 or len(tail) < 2:  # that, or a half without members (exact too)
+        receipt["receiptHash"] = digest(receipt)
+        return canonicalize(receipt)
+    digest_ = digest_bytes(head + b"," + tail)
+    receipt["receiptHash"] = digest_
+    return b"".join((head, b',"receiptHash":"', digest_.encode(), b'",', tail))
 
 
 def _str(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False) -> Any:

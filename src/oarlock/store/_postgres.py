@@ -61,7 +61,7 @@ from oarlock.errors import (
     StoreError,
     UsageError,
 )
-from oarlock.store._base import _compact
+from oarlock.store._json import compact as _compact
 from oarlock.store._postgres_base import pg_queries, run_again
 from oarlock.store._postgres_queue import PostgresQueue
 

@@ -43,9 +43,9 @@ pages that SQLite frees and allocates again at each save, with the free list's p
 the file's header; a save of a 120-message run wrote 27 pages, and writes 5 now, as one of
 a 30-message run does (10 before). A 100-turn run of the compare workload took 15% less
 time a turn (alternating processes). A run at rest is stored whole (compressed) and its
-rows deleted, as every row written before version 7 is whole (``message_rows`` NULL). A load reads the run
-and its rows in one statement (one snapshot) and refuses rows that are missing or out of
-order (IntegrityError).
+rows deleted, as every row written before version 7 is whole (``message_rows`` NULL). A
+load reads the run and its rows in one statement (one snapshot) and refuses rows that are
+missing or out of order (IntegrityError).
 
 An event's data of 512 bytes of JSON or more is stored compressed (schema version 6 on),
 as a large ledger body is: a BLOB of a format byte (2) and a raw DEFLATE stream made with
