@@ -133,21 +133,19 @@ def _timed_transaction(timer: Timer) -> Callable[[], None]:
     """SQLite's ``COMMIT`` timed apart from the statements before it."""
     original = sqlite_module.SQLiteStore._transaction
 
-    @contextmanager
-    def transaction(self: Any, conn: Any, doing: str, *, flush: bool = True) -> Iterator[None]:
-        inner = original.__wrapped__  # type: ignore[attr-defined]
-        real_execute = conn.execute
-
-        class Conn:  # COMMIT timed; every other statement passed through
+    def transaction(self: Any, conn: Any, doing: str, *, flush: bool = True) -> Any:
+        class Conn:  # COMMIT timed; every other statement, and the rest, passed through
             def execute(self, sql: str, *args: Any) -> Any:
                 if sql == "COMMIT":
                     name = "SQLite commit, " + ("flushed" if flush else "not flushed")
                     with timer.part(name):
-                        return real_execute(sql, *args)
-                return real_execute(sql, *args)
+                        return conn.execute(sql, *args)
+                return conn.execute(sql, *args)
 
-        with contextmanager(inner)(self, Conn(), doing, flush=flush):
-            yield
+            def __getattr__(self, name: str) -> Any:
+                return getattr(conn, name)
+
+        return original(self, Conn(), doing, flush=flush)
 
     sqlite_module.SQLiteStore._transaction = transaction  # type: ignore[method-assign]
     return lambda: setattr(sqlite_module.SQLiteStore, "_transaction", original)
@@ -171,7 +169,7 @@ def instrument(timer: Timer) -> list[Callable[[], None]]:
     for gov in (MemoryGovernanceStore, SQLiteGovernanceStore):
         for attr in ("begin", "finish", "record", "take_over", "refuse"):
             undo.append(_wrap_async(timer, gov, attr, "governance store"))
-    undo.append(_wrap_sync(timer, _codec, "dump_run_json", "run store"))
+    undo.append(_wrap_sync(timer, _codec, "dump_run_parts", "run store"))
     return undo
 
 
