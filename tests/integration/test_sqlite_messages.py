@@ -264,3 +264,29 @@ def test_a_small_running_document_is_stored_whole_until_it_grows_past_the_thresh
         await store.close()
 
     asyncio.run(go())
+
+
+def test_a_run_loaded_in_parts_is_saved_by_appending_to_its_rows(tmp_path: Path) -> None:
+    """A store that loads a run (a worker's drive, a Temporal activity) knows its rows as
+    loaded: the next save appends the new message, and the document stays what it was."""
+
+    async def go() -> None:
+        path = tmp_path / "x.db"
+        store, _, _ = await saved_twice(path)
+        await store.close()
+        fresh = SQLiteStore(path)
+        stored = await fresh.load(RUN_ID)
+        doc = stored.document
+        traced: list[str] = []
+        fresh.db().set_trace_callback(traced.append)
+        said(doc, "after the load")
+        await fresh.save(doc, stored.version, [])
+        assert len([sql for sql in traced if "INSERT INTO messages" in sql]) == 1
+        assert not any("DELETE FROM messages" in sql for sql in traced)
+        _, count, found = rows(path)
+        assert count == len(doc.messages) == len(found) == 6 + PADDING
+        async with SQLiteStore(path) as third:
+            assert dump_json((await third.load(RUN_ID)).document) == dump_json(doc)
+        await fresh.close()
+
+    asyncio.run(go())

@@ -95,6 +95,7 @@ from oarlock.store._sqlite_rows import (  # the columns' stored forms (the tests
     _event_data,
     _event_rows,
     _stored_json,
+    _stored_parts,
     _summary,
     _unpack,
 )
@@ -501,7 +502,24 @@ class SQLiteStore(SQLiteQueue):
         _, version, agent_ref, *_ = rows[0]
         from oarlock.store._base import StoredRun
 
-        return StoredRun(self._document(run_id, _stored_json(run_id, rows)), version, agent_ref)
+        raw, parts = _stored_parts(run_id, rows)
+        document = self._document(run_id, raw)
+        if parts is not None:
+            self._kept_as_loaded(document, version, rows[0][6], parts)
+        return StoredRun(document, version, agent_ref)
+
+    def _kept_as_loaded(self, document: RunDocument, version: int, num: int, parts: Parts) -> None:
+        """Remember a loaded document's message rows as this store's own, and give the
+        document's cache of its messages' JSON those very bytes, so that its next save
+        appends what it gains rather than writing every row again (a worker's drive, a
+        Temporal activity, each load a run before they save it)."""
+        private = document.__pydantic_private__
+        if private is None or len(document.messages) != len(parts):
+            return
+        private["_dumped"], private["_dumped_json"] = list(document.messages), list(parts)
+        if len(self._messages) >= _MESSAGES_KEPT:
+            self._messages.clear()
+        self._messages[document.id] = (version, num, parts)
 
     def read_document(self, run_id: str) -> dict[str, Any]:
         """The run's document as stored: JSON, with its camelCase members. For commands that

@@ -156,10 +156,15 @@ def _stored_json(run_id: str, rows: list[sqlite3.Row]) -> object:
     """The JSON of a stored document from the rows of ``load_run``: its column, unpacked,
     or (``message_rows`` set) that column without its messages and the message rows, which
     must be all there, numbered 0, 1, ... (IntegrityError otherwise)."""
-    stored, _, _, count, _, _ = rows[0]
+    return _stored_parts(run_id, rows)[0]
+
+
+def _stored_parts(run_id: str, rows: list[sqlite3.Row]) -> tuple[object, Parts | None]:
+    """:func:`_stored_json`, and the message rows' JSON when the document is in parts."""
+    stored, _, _, count, *_ = rows[0]
     raw = _unpack(run_id, stored)
     if count is None:
-        return raw
+        return raw, None
     found = [] if rows[0][4] is None else [(row[4], row[5]) for row in rows]
     if type(count) is not int or [idx for idx, _ in found] != list(range(count)):
         raise IntegrityError(
@@ -171,7 +176,7 @@ def _stored_json(run_id: str, rows: list[sqlite3.Row]) -> object:
     if not (isinstance(head, bytes) and head[:1] == b"{" and head[-1:] == b"}"
             and all(isinstance(part, bytes) for part in parts)):  # fmt: skip
         raise IntegrityError(f"run {run_id}: stored document is corrupt: not JSON text")
-    return join_run_json(head, parts)
+    return join_run_json(head, parts), tuple(parts)
 
 
 def _summary(row: sqlite3.Row) -> dict[str, Any]:

@@ -14,7 +14,7 @@ VALUES ((SELECT coalesce(max(num), 0) + 1 FROM runs), :id, :agent, :status, :tur
 -- One row per message row of the run (one row when it has none), in order, in one
 -- statement and so from one snapshot. message_rows NULL: the document is whole; else it
 -- lacks its messages, which are rows of messages (see 0007).
-SELECT r.document, r.version, r.agent_ref, r.message_rows, m.idx, m.data
+SELECT r.document, r.version, r.agent_ref, r.message_rows, m.idx, m.data, r.num
 FROM runs AS r LEFT JOIN messages AS m ON m.run_num = r.num AND r.message_rows IS NOT NULL
 WHERE r.id = :id
 ORDER BY m.idx;
