@@ -34,10 +34,11 @@ of its own) is stored in two parts (schema version 7 on): ``runs.document`` hold
 without its messages, JSON, and the table
 ``messages`` holds the JSON of each message, numbered from 0, with their count in
 ``runs.message_rows``. A save appends the messages the run gained since the save before,
-as far as this store object knows them: the bytes of each message it wrote (the
+as far as this store object knows them: the bytes of each message it wrote or loaded (the
 document's own cache of them, which gives the very bytes object again for a message that
-did not change) and the version they were stored at; when it does not know (another
-process saved, a message was replaced, a save failed), it writes every row again. Before,
+did not change; a load gives the document the rows' bytes) and the version they were
+stored at; when it does not know (another process saved, a message was replaced, a save
+failed), it writes every row again. Before,
 the whole document was written at every save: past about 4 KB it spills into overflow
 pages that SQLite frees and allocates again at each save, with the free list's page and
 the file's header; a save of a 120-message run wrote 27 pages, and writes 5 now, as one of
