@@ -13,6 +13,7 @@ from oarlock.formats._models import RunDocument
 from oarlock.formats._parts import join_run_json
 
 __all__ = [
+    "adopt_run_parts",
     "dump",
     "dump_json",
     "dump_run",
@@ -100,6 +101,18 @@ def dump_run_parts(doc: RunDocument) -> tuple[bytes, list[bytes]]:
             message.__pydantic_serializer__.to_json(message, exclude_unset=True, by_alias=True)
         )
     return head, parts
+
+
+def adopt_run_parts(doc: RunDocument, parts: list[bytes]) -> bool:
+    """Give ``doc``'s cache of its messages' JSON ``parts`` (the JSON of each of its
+    messages as stored, which a parse of them gave these very messages), so that
+    :func:`dump_run_parts` gives those bytes objects again; False, changing nothing, when
+    they do not match its messages in number or it has no cache."""
+    private = doc.__pydantic_private__
+    if private is None or len(doc.messages) != len(parts):
+        return False
+    private["_dumped"], private["_dumped_json"] = list(doc.messages), parts
+    return True
 
 
 def _same_start(dumped: list[object], messages: list[Any]) -> int:

@@ -514,13 +514,18 @@ class SQLiteStore(SQLiteQueue):
         document's cache of its messages' JSON those very bytes, so that its next save
         appends what it gains rather than writing every row again (a worker's drive, a
         Temporal activity, each load a run before they save it)."""
-        private = document.__pydantic_private__
-        if private is None or len(document.messages) != len(parts):
-            return
-        private["_dumped"], private["_dumped_json"] = list(document.messages), list(parts)
+        from oarlock.formats._codec import adopt_run_parts
+
+        if adopt_run_parts(document, list(parts)):
+            self._keep_messages(document.id, (version, num, parts))
+
+    def _keep_messages(self, run_id: str, kept: tuple[int, int, Parts]) -> None:
+        """Remember the run's rows (its version, number and messages' JSON), at most
+        ``_MESSAGES_KEPT`` runs' (past that, forget them all: a save that finds none writes
+        every row again)."""
         if len(self._messages) >= _MESSAGES_KEPT:
             self._messages.clear()
-        self._messages[document.id] = (version, num, parts)
+        self._messages[run_id] = kept
 
     def read_document(self, run_id: str) -> dict[str, Any]:
         """The run's document as stored: JSON, with its camelCase members. For commands that
@@ -586,17 +591,14 @@ class SQLiteStore(SQLiteQueue):
             conn.executemany(q["append_event"], rows)
             return expected_version + 1, num
 
-        kept = self._messages
         # until this save is committed, what is stored is not known; a document stored
         # whole while it runs leaves rows only where this store wrote some (another
         # process's are not read while message_rows is NULL; at rest they all go)
-        had = kept.pop(run_id, None)
+        had = self._messages.pop(run_id, None)
         rewrites = parts is not None or had is not None or document.status != "running"
         version, num = await self._group.submit(write, flush=flush)
         if parts is not None and num is not None:
-            if len(kept) >= _MESSAGES_KEPT:
-                kept.clear()
-            kept[run_id] = (version, num, parts)
+            self._keep_messages(run_id, (version, num, parts))
         if lease is None and document.status == "running":
             self._wakeups.wake()
         return version
