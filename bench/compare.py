@@ -5,6 +5,8 @@ The peers are never dependencies of oarlock: they live in their own virtual envi
 bench/peers/.venv-peers (built here on first use), and each is measured in a subprocess
 running a script of bench/peers/ with that environment's python. oarlock is measured in a
 subprocess with oarlock's own venv (the python running this file, or --oarlock-python).
+Each round runs every framework's script once, the frameworks taking turns (see
+:func:`interleaved`).
 
 Workload (all): one agent, one trivial tool ``echo(text) -> text``; the framework's own
 fake/function model calls it on each of 10 turns, then answers (11 model turns). Only
@@ -199,6 +201,50 @@ def cold_start(oarlock_py: Path, peers_py: Path, n: int) -> dict[str, Any]:
     return out
 
 
+def interleaved(commands: dict[str, list[str]], rounds: int) -> dict[str, dict[str, Any]]:
+    """Each framework's script run once a round (each run measures one round), the
+    frameworks taking turns: round ``i`` starts with the ``i``-th and goes on in order. The
+    machine's speed drifts by the minute; run one framework's rounds after another's and
+    the drift lands in their ratio, while rounds taken in turn share it. Each framework's
+    rounds are then one result (:func:`merged`)."""
+    names = list(commands)
+    passes: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for i in range(rounds):
+        turn = i % len(names)
+        for name in names[turn:] + names[:turn]:
+            log(f"round {i + 1} of {rounds}: {name}")
+            passes[name].append(run_json(commands[name]))
+    return {name: merged(outs) for name, outs in passes.items()}
+
+
+def _samples(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in value
+    )
+
+
+def merged(outs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One framework's rounds as one result: a list of timings (samples) is the rounds'
+    lists joined in order; a key whose samples some round lacks (that round failed it) has
+    none, so that no failure is hidden behind the rounds that passed; any other value (a
+    version, the bytes stored, a count) is the first round's. The first error of a round is
+    kept."""
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(k for o in outs for k in o):
+        values = [o.get(key) for o in outs]
+        if all(_samples(v) for v in values):
+            out[key] = [x for v in values for x in v]
+        elif any(_samples(v) for v in values):
+            out[key] = None
+        else:
+            out[key] = values[0]
+    for key in ("error", "resume_error"):
+        failed = next((o[key] for o in outs if o.get(key)), None)
+        if failed is not None:
+            out[key] = failed
+    return out
+
+
 def run_bench(py: Path, script: str, extra: list[str]) -> dict[str, Any]:
     """One of oarlock's own benchmarks (bench/*.py), its results read from --json."""
     out = Path(tempfile.mkdtemp(prefix="oarlock-compare-")) / "out.json"
@@ -218,15 +264,16 @@ def run_bench(py: Path, script: str, extra: list[str]) -> dict[str, Any]:
 def build(args: argparse.Namespace) -> dict[str, Any]:
     oarlock_py = Path(args.oarlock_python)
     peers_py = ensure_peers_venv()
-    common = ["--rounds", str(args.rounds), "--runs", str(args.runs)]
+    one_round = ["--rounds", "1", "--runs", str(args.runs)]
     with postgres_databases(args.pg, ["oarlock", "langgraph"]) as pg:
-        raw: dict[str, Any] = {
-            "oarlock": run_json(
-                [str(oarlock_py), str(PEERS / "oarlock_bench.py"), *common, *pg["oarlock"]]
-            )
+        commands = {
+            "oarlock": [str(oarlock_py), str(PEERS / "oarlock_bench.py"), *pg["oarlock"]],
+            **{
+                name: [str(peers_py), str(PEERS / script), *pg.get(name, [])]
+                for name, script in SCRIPTS.items()
+            },
         }
-        for name, script in SCRIPTS.items():
-            raw[name] = run_json([str(peers_py), str(PEERS / script), *common, *pg.get(name, [])])
+        raw = interleaved({k: [*c, *one_round] for k, c in commands.items()}, args.rounds)
     log("cold starts")
     cold = cold_start(oarlock_py, peers_py, args.cold)
     log("governed call overhead")
@@ -334,6 +381,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
             "rounds": args.rounds,
             "runs_per_round": args.runs,
             "cold_start_samples": args.cold,
+            "interleaved": True,
         },
         "machine": machine,
         "versions": versions,

@@ -143,8 +143,9 @@ def markdown(res: dict[str, Any]) -> str:
         f"- Machine: {m['nproc']} CPUs ({m['processor']}), {m['platform']}; "
         f"Python {m['python_oarlock_venv']} (oarlock venv), {m['python_peers_venv']} (peers venv)",
         "- Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
-        f"- Command: `{res['command']}` ({st['rounds']} rounds × {st['runs_per_round']} runs; "
-        f"cold start: median of {st['cold_start_samples']} after 1 warm-up)",
+        f"- Command: `{res['command']}` ({st['rounds']} rounds × {st['runs_per_round']} runs"
+        + (", the frameworks taking turns" if st.get("interleaved") else "")
+        + f"; cold start: median of {st['cold_start_samples']} after 1 warm-up)",
         "",
         "Workload, identical for all: one agent, one trivial tool `echo(text) -> text`; the "
         "framework's own fake/function model calls it on each of 10 turns, then answers "
@@ -153,7 +154,15 @@ def markdown(res: dict[str, Any]) -> str:
         "round's figure is the median of its runs; the table gives the median over rounds and "
         "the min..max of the round figures. Ratio = peer / oarlock, from this same invocation "
         "(> 1: the peer is slower or larger). oarlock's governed executor is on in every row "
-        "(policy, idempotency claim, receipt, ledger on each call); the peers do no such work.",
+        "(policy, idempotency claim, receipt, ledger on each call); the peers do no such work."
+        + (
+            " Each round is a fresh process of each framework's script measuring one round, "
+            "the frameworks taking turns (round i starts with the i-th of them): the machine's "
+            "speed drifts by the minute, and rounds taken in turn share that drift rather than "
+            "putting it into the ratios."
+            if st.get("interleaved")
+            else ""
+        ),
         "",
         "| case | median ms | min..max ms | peer / oarlock |",
         "| --- | ---: | ---: | ---: |",

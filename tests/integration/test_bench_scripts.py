@@ -230,3 +230,38 @@ def test_the_report_bounds_the_durable_targets_by_their_floors() -> None:
     assert rows["pause and resume vs Pydantic AI's JSON file"] == [
         "2x", "1.20x", "no (short by 1.7x)", "3.0x / 2.0x |"
     ]  # fmt: skip
+
+
+def test_the_comparison_takes_turns_and_joins_each_frameworks_rounds(tmp_path: Path) -> None:
+    """compare.py runs each framework's script once a round, round i starting with the
+    i-th framework; a framework's rounds join their samples, keep the first round's other
+    values, and a round that lacks a sample (it failed) leaves that row without figures."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import compare
+    finally:
+        sys.path.remove(str(BENCH))
+    log = tmp_path / "order.txt"
+
+    def script(name: str, fails_round: int | None = None) -> list[str]:
+        code = (
+            "import json, sys\n"
+            f"log = open({str(log)!r}, 'a'); log.write({name!r} + '\\n'); log.close()\n"
+            f"n = sum(1 for line in open({str(log)!r}) if line.strip() == {name!r})\n"
+            f"fails = n == {fails_round!r}\n"
+            "print(json.dumps({'version': n, 'per_turn_s': [n / 10, n / 100],"
+            " 'resume_s': None if fails else [n], 'bytes': {'10': n}}))\n"
+        )
+        return [sys.executable, "-c", code]
+
+    raw = compare.interleaved({"a": script("a"), "b": script("b", 2), "c": script("c")}, 4)
+    assert log.read_text().split() == [*"abc", *"bca", *"cab", *"abc"]
+    assert raw["a"] == {
+        "version": 1,
+        "per_turn_s": [0.1, 0.01, 0.2, 0.02, 0.3, 0.03, 0.4, 0.04],
+        "resume_s": [1, 2, 3, 4],
+        "bytes": {"10": 1},
+    }
+    assert raw["b"]["resume_s"] is None and len(raw["b"]["per_turn_s"]) == 8
+    broken = compare.merged([{"per_turn_s": [1.0]}, {"error": "exit 1: boom"}])
+    assert broken == {"per_turn_s": None, "error": "exit 1: boom"}
