@@ -16,12 +16,17 @@ calls between the parts. The runs go one after another, so the timers never over
   their ledger entries, as written by the store (JCS bytes, entry hashes, statements)
 - run store: a step's commit (the document's JSON, its events, the statements)
 - SQLite commits: ``COMMIT`` itself, flushed (``synchronous=FULL``) or not (``NORMAL``)
+- PostgreSQL statements: each statement's round trip, as the client waits for it (the
+  client's work in psycopg, the server's, the commit's wait for the disk when it waits);
+  the client's CPU in them is measured apart
 - the tool: the call of ``echo`` itself
 
 Instrumentation adds a few microseconds per timed call; the total is given beside the
 uninstrumented per-turn time measured in the same invocation.
 
-Run: ``python bench/bench_profile.py [--runs N] [--json OUT]``.
+Run: ``python bench/bench_profile.py [--runs N] [--pg URL] [--json OUT]`` (the PostgreSQL
+column in a database of its own on the server at URL, made and dropped; ``--pg ''`` leaves
+it out).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -63,8 +69,10 @@ PARTS = [
     "run store",
     "SQLite commit, flushed",
     "SQLite commit, not flushed",
+    "PostgreSQL statements",
     "the tool",
 ]
+STATEMENTS = "PostgreSQL statements"
 
 
 class Timer:
@@ -73,6 +81,7 @@ class Timer:
     def __init__(self) -> None:
         self.spent: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.cpu: dict[str, float] = defaultdict(float)  # process time, for the parts timed so
         self._stack: list[list[Any]] = []  # [part, started, time of its inner parts]
 
     def enter(self, part: str) -> None:
@@ -97,6 +106,7 @@ class Timer:
     def reset(self) -> None:
         self.spent.clear()
         self.calls.clear()
+        self.cpu.clear()
 
 
 def _wrap_async(timer: Timer, owner: Any, attr: str, part: str) -> Callable[[], None]:
@@ -129,6 +139,26 @@ def _wrap_sync(timer: Timer, owner: Any, attr: str, part: str) -> Callable[[], N
     return lambda: setattr(owner, attr, original)
 
 
+def _timed_statements(timer: Timer) -> Callable[[], None]:
+    """Each PostgreSQL statement's round trip (wall time, and the client's CPU in it)."""
+    import psycopg
+
+    original = psycopg.AsyncCursor.execute
+
+    @functools.wraps(original)
+    async def execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cpu = time.process_time()
+        timer.enter(STATEMENTS)
+        try:
+            return await original(self, *args, **kwargs)
+        finally:
+            timer.leave()
+            timer.cpu[STATEMENTS] += time.process_time() - cpu
+
+    psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+    return lambda: setattr(psycopg.AsyncCursor, "execute", original)
+
+
 def _timed_transaction(timer: Timer) -> Callable[[], None]:
     """SQLite's ``COMMIT`` timed apart from the statements before it."""
     original = sqlite_module.SQLiteStore._transaction
@@ -151,7 +181,7 @@ def _timed_transaction(timer: Timer) -> Callable[[], None]:
     return lambda: setattr(sqlite_module.SQLiteStore, "_transaction", original)
 
 
-def instrument(timer: Timer) -> list[Callable[[], None]]:
+def instrument(timer: Timer, postgres: bool = False) -> list[Callable[[], None]]:
     undo = [
         _wrap_async(timer, FunctionModel, "respond", "model adapter"),
         _wrap_async(timer, GovernedExecutor, "execute", "governed executor"),
@@ -170,6 +200,15 @@ def instrument(timer: Timer) -> list[Callable[[], None]]:
         for attr in ("begin", "finish", "record", "take_over", "refuse"):
             undo.append(_wrap_async(timer, gov, attr, "governance store"))
     undo.append(_wrap_sync(timer, _codec, "dump_run_parts", "run store"))
+    if postgres:
+        from oarlock.store._postgres import PostgresStore
+        from oarlock.store._postgres_governance import PostgresGovernanceStore
+
+        for attr in ("save", "create"):
+            undo.append(_wrap_async(timer, PostgresStore, attr, "run store"))
+        for attr in ("begin", "finish", "record", "take_over", "refuse"):
+            undo.append(_wrap_async(timer, PostgresGovernanceStore, attr, "governance store"))
+        undo.append(_timed_statements(timer))
     return undo
 
 
@@ -180,20 +219,22 @@ async def _per_turn(store: Any, runs: int) -> float:
     return statistics.median(times) / MODEL_TURNS
 
 
-async def profile(store_of: Callable[[], Any], runs: int) -> dict[str, Any]:
+async def profile(
+    store_of: Callable[[], Any], runs: int, *, postgres: bool = False
+) -> dict[str, Any]:
     store = store_of()
     try:
         plain = await _per_turn(store, runs)
         timer = Timer()
-        undo = instrument(timer)
+        undo = instrument(timer, postgres)
         try:
             for _ in range(3):
                 await one_run(store, history=True)
             timer.reset()
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             for _ in range(runs):
                 await one_run(store, history=True)
-            total = time.perf_counter() - t0
+            total, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         finally:
             for u in reversed(undo):
                 u()
@@ -208,6 +249,8 @@ async def profile(store_of: Callable[[], Any], runs: int) -> dict[str, Any]:
         "parts_us": parts,
         "calls_per_turn": {p: timer.calls.get(p, 0) / turns for p in PARTS},
         "rest_us": rest,
+        "cpu_per_turn_us": cpu / turns * 1e6,  # the process's, instrumented
+        "statements_cpu_us": timer.cpu.get(STATEMENTS, 0.0) / turns * 1e6,
     }
 
 
@@ -237,20 +280,59 @@ def markdown(res: dict[str, dict[str, Any]]) -> str:
         + " | ".join(f"{res[k]['per_turn_us']:,.0f}" for k in kinds)
         + " |"
     )
+    out.append(
+        "| the process's CPU a turn, instrumented | "
+        + " | ".join(f"{res[k]['cpu_per_turn_us']:,.0f}" for k in kinds)
+        + " |"
+    )
+    if any(res[k]["statements_cpu_us"] for k in kinds):
+        out.append(
+            f"| of which in {STATEMENTS.lower()} (the client's) | "
+            + " | ".join(f"{res[k]['statements_cpu_us']:,.0f}" for k in kinds)
+            + " |"
+        )
     return "\n".join(out)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        return {
+        res = {
             "memory": await profile(MemoryStore, args.runs),
             "SQLite": await profile(lambda: SQLiteStore(Path(tmp) / "profile.db"), args.runs),
         }
+    if args.pg:
+        from oarlock.store import PostgresStore
+
+        with _database(args.pg) as url:
+            res["PostgreSQL"] = await profile(lambda: PostgresStore(url), args.runs, postgres=True)
+    return res
+
+
+@contextmanager
+def _database(server: str) -> Iterator[str]:
+    """A fresh database on ``server``, dropped afterwards."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    name = f"oarlock_profile_{os.getpid()}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(server)._replace(path="/" + name))
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument(
+        "--pg",
+        default=os.environ.get("OARLOCK_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test"),
+        help="PostgreSQL server for the PostgreSQL column ('' to leave it out)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     res = asyncio.run(main_async(args))

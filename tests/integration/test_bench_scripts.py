@@ -153,7 +153,7 @@ def test_the_profile_benchmark_times_every_part_of_a_turn(tmp_path: Path) -> Non
         "the tool": 10 / 11,
         "tool planning": 10 / 11,
     }
-    for kind in ("memory", "SQLite"):
+    for kind in ("memory", "SQLite", "PostgreSQL"):
         calls = result[kind]["calls_per_turn"]
         for part, per_turn in everywhere.items():
             assert abs(calls[part] - per_turn) < 1e-9, (kind, part, calls[part])
@@ -164,6 +164,12 @@ def test_the_profile_benchmark_times_every_part_of_a_turn(tmp_path: Path) -> Non
     assert sqlite["SQLite commit, flushed"] == 1.0  # the pinned counts of test_commit_counts
     assert sqlite["SQLite commit, not flushed"] == 22 / 11
     assert result["memory"]["calls_per_turn"]["SQLite commit, flushed"] == 0
+    postgres = result["PostgreSQL"]
+    assert postgres["calls_per_turn"]["PostgreSQL statements"] == 33 / 11  # as pinned in
+    # test_postgres_statements.py: each statement's round trip is timed, and the client's
+    # CPU in it is a part of it
+    assert 0 < postgres["statements_cpu_us"] < postgres["parts_us"]["PostgreSQL statements"]
+    assert result["SQLite"]["statements_cpu_us"] == 0
 
 
 def test_the_report_judges_the_scale_targets_from_the_figures() -> None:
