@@ -18,7 +18,11 @@ lost, since its holder's first fenced save is flushed and a side-effecting call'
 flushed before the tool starts. A fenced ``save`` (``lease=``) is the same statement with
 the lease's epoch and owner in its condition. A turn's save (the run goes on running, its
 status and creation time as stored) assigns neither, so that SQLite rewrites no index
-entry; when they changed, the save assigns them (``save_run_fenced``).
+entry; when they changed, the save assigns them (``save_run_fenced``). Every save first
+leaves the run's tags as stored (a condition, not an assignment), so that its statement
+holds no copy of the trigger that rewrites ``run_tags``, which a fresh connection compiles
+into each statement that assigns tags (60 us of the first decision and turn saves of a
+resumed run); a save whose tags changed assigns them.
 
 The document of a run at rest (any status but ``running``) is stored compressed: a zlib
 stream (RFC 1950, whose Adler-32 makes a damaged stream fail to decompress rather than
@@ -573,13 +577,15 @@ class SQLiteStore(SQLiteQueue):
         (columns, parts), rows = _columns(document, split=True), _event_rows(run_id, events)
         params = {**columns, "expected_version": expected_version}
         stored = self._stored_messages(run_id, expected_version, parts)
+        # each first as the run's tags (and a turn's status and creation time) stored, then
+        # assigning them (see the queries)
         if lease is None:  # a decision or another writer: runnable from now, if free
-            queries: tuple[str, ...] = (q["save_run"],)
-        elif document.status == "running":  # a turn: status and created_at as stored, or not
+            queries: tuple[str, ...] = (q["save_run_same_tags"], q["save_run"])
+        elif document.status == "running":  # a turn
             queries = (q["save_run_fenced_turn"], q["save_run_fenced"])
             params |= {"epoch": lease.epoch, "owner": lease.owner}
         else:
-            queries = (q["save_run_fenced_at_rest"],)
+            queries = (q["save_run_fenced_at_rest_same_tags"], q["save_run_fenced_at_rest"])
             params |= {"epoch": lease.epoch, "owner": lease.owner}
 
         def write(conn: sqlite3.Connection) -> tuple[int, int | None]:
