@@ -290,3 +290,46 @@ def test_a_run_loaded_in_parts_is_saved_by_appending_to_its_rows(tmp_path: Path)
         await fresh.close()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("status", ["running", "waiting_approval"])
+def test_a_run_saved_whole_and_loaded_again_keeps_the_bytes_of_its_messages(
+    tmp_path: Path, status: str
+) -> None:
+    """A document this store saved whole (small and running, or at rest and compressed),
+    loaded again at that version with the column's very bytes, gives its next save the
+    JSON its messages had (the very bytes objects: nothing serialized again); one whose
+    column changed meanwhile (the same version, other bytes) is serialized anew, from what
+    was loaded."""
+    from oarlock.formats._codec import dump_run_json, dump_run_parts
+
+    async def go() -> None:
+        path = tmp_path / "x.db"
+        async with SQLiteStore(path) as store:
+            doc = running_doc(padding=0)
+            doc.status = status  # type: ignore[assignment]
+            version = await store.create(doc, [])
+            said(doc, "one")
+            version = await store.save(doc, version, [])
+            document, count, _ = rows(path)
+            assert count is None and (document[:1] == b"{") == (status == "running")
+            saved = dump_run_parts(doc)[1]
+            loaded = (await store.load(RUN_ID)).document
+            again = dump_run_parts(loaded)[1]
+            assert again == saved and all(a is b for a, b in zip(again, saved, strict=True))
+
+            said(loaded, "two")
+            version = await store.save(loaded, version, [])
+            conn = sqlite3.connect(path)
+            other = running_doc(padding=0)
+            other.status = status  # type: ignore[assignment]
+            said(other, "one")
+            said(other, "two, changed by another writer")  # as many messages as saved
+            column = dump_json(other) if status == "running" else zlib.compress(dump_json(other))
+            conn.execute("UPDATE runs SET document = ? WHERE id = ?", (column, RUN_ID))
+            conn.commit()
+            conn.close()
+            changed = (await store.load(RUN_ID)).document
+            assert dump_run_json(changed) == dump_run_json(other)  # through its cache
+
+    asyncio.run(go())

@@ -122,6 +122,50 @@ def test_lease_writes_commit_without_a_flush(tmp_path: Path) -> None:
     assert asyncio.run(go()) == {"FULL": 1, "NORMAL": 4}
 
 
+def test_a_save_assigns_the_tags_only_when_they_changed(tmp_path: Path) -> None:
+    """A decision's save, a turn's and one at rest each leave tags as stored unassigned (so
+    that their statements hold no copy of the trigger on tags), and one that changes them
+    assigns them: the listing by tags finds the run by its new tags only."""
+
+    def updates(seen: list[str]) -> list[bool]:
+        """Of each UPDATE of runs run, whether it assigns the tags (the trace repeats a
+        statement for each statement of a trigger it fires)."""
+        run = [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]]
+        sql = (" ".join(ln for ln in s.splitlines() if not ln.lstrip().startswith("--"))
+               for s in run)  # fmt: skip
+        return ["tags" in u.split("WHERE")[0] for u in sql if u.lstrip().startswith("UPDATE runs")]
+
+    async def go() -> tuple[list[bool], list[bool], list[str], list[str]]:
+        async with SQLiteStore(tmp_path / "q.db") as store:
+            seen: list[str] = []
+            store.db().set_trace_callback(seen.append)
+            await store.create(doc("r", "running"), [])
+            version = await store.save(doc("r", "running"), 1, [])  # a decision's
+            lease = await store.claim_run("r", "w", lease_seconds=30)
+            version = await store.save(doc("r", "running"), version, [], lease=lease)
+            version = await store.save(doc("r", "failed"), version, [], lease=lease)
+            kept = updates(seen)
+            seen.clear()
+            tagged = doc("r", "running")
+            tagged.tags = {"team": "a"}
+            version = await store.save(tagged, version, [])
+            lease = await store.claim_run("r", "w", lease_seconds=30)
+            tagged.tags = {"team": "b"}
+            version = await store.save(tagged, version, [], lease=lease)
+            tagged.status, tagged.tags = "completed", {"team": "c"}
+            await store.save(tagged, version, [], lease=lease)
+            changed = updates(seen)
+            found_c = [r.id for r in await store.list_runs(tags={"team": "c"})]
+            found_b = [r.id for r in await store.list_runs(tags={"team": "b"})]
+            return kept, changed, found_c, found_b
+
+    kept, changed, found_c, found_b = asyncio.run(go())
+    # the decision's, the turn's and the one at rest; the lease's claim and release
+    assert kept == [False] * 4  # the decision's save, the lease's claim, the turn's, at rest
+    assert changed.count(True) == 3  # each save of changed tags, by its second statement
+    assert (found_c, found_b) == (["r"], [])
+
+
 def test_a_holders_save_that_changes_the_status_or_creation_time_keeps_the_listing(
     tmp_path: Path,
 ) -> None:
