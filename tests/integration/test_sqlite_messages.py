@@ -333,3 +333,29 @@ def test_a_run_saved_whole_and_loaded_again_keeps_the_bytes_of_its_messages(
             assert dump_run_json(changed) == dump_run_json(other)  # through its cache
 
     asyncio.run(go())
+
+
+def test_a_large_run_saved_whole_at_rest_is_not_kept(tmp_path: Path) -> None:
+    """What the store keeps of the runs it saved whole stays bounded: a run at rest whose
+    messages take SPLIT_FROM bytes or more (stored whole, compressed) is not remembered, so
+    a load of it serializes its messages anew at the next save."""
+    from oarlock.formats._codec import dump_run_parts
+    from oarlock.store._sqlite_rows import SPLIT_FROM
+
+    async def go() -> None:
+        path = tmp_path / "x.db"
+        async with SQLiteStore(path) as store:
+            doc = running_doc(padding=0)
+            doc.status = "completed"
+            while sum(map(len, dump_run_parts(doc)[1])) < SPLIT_FROM:
+                said(doc, "y" * 500)
+            version = await store.create(doc, [])
+            said(doc, "the last")
+            await store.save(doc, version, [])
+            assert rows(path)[1] is None  # whole
+            saved = dump_run_parts(doc)[1]
+            loaded = (await store.load(RUN_ID)).document
+            again = dump_run_parts(loaded)[1]
+            assert again == saved and not any(a is b for a, b in zip(again, saved, strict=True))
+
+    asyncio.run(go())

@@ -43,7 +43,8 @@ document's own cache of them, which gives the very bytes object again for a mess
 did not change; a load gives the document the rows' bytes) and the version they were
 stored at; when it does not know (another process saved, a message was replaced, a save
 failed), it writes every row again. A document saved whole is remembered too (its version,
-the column's bytes and its messages' JSON, for the last ``_WHOLES_KEPT`` runs): a load that
+the column's bytes and its messages' JSON, for the last ``_WHOLES_KEPT`` runs whose
+messages take less than ``SPLIT_FROM`` bytes, so that what is kept stays bounded): a load that
 finds that version and those very bytes gives the document's cache the messages' JSON, so
 the next save serializes only what the run gained (a resume after its decision: 20 messages
 of a 10-turn run, 70 us). Before,
@@ -99,6 +100,7 @@ from oarlock.store._json import compact as _compact
 from oarlock.store._leases import Wakeups
 from oarlock.store._sqlite_queue import SQLiteQueue
 from oarlock.store._sqlite_rows import (  # the columns' stored forms (the tests use some)
+    SPLIT_FROM,
     Parts,
     _columns,
     _event_data,
@@ -636,7 +638,7 @@ class SQLiteStore(SQLiteQueue):
         version, num = await self._group.submit(write, flush=flush)
         if parts is not None and num is not None:
             self._keep_messages(run_id, (version, num, parts))
-        elif parts is None:
+        elif parts is None and sum(map(len, messages)) < SPLIT_FROM:
             self._keep_whole(run_id, (version, columns["document"], messages))
         if lease is None and document.status == "running":
             self._wakeups.wake()
