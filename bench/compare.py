@@ -265,9 +265,12 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     oarlock_py = Path(args.oarlock_python)
     peers_py = ensure_peers_venv()
     one_round = ["--rounds", "1", "--runs", str(args.runs)]
+    floors = ["--commits", str(-(-200 // args.rounds))]  # 200 commits a floor in all
     with postgres_databases(args.pg, ["oarlock", "langgraph"]) as pg:
         commands = {
-            "oarlock": [str(oarlock_py), str(PEERS / "oarlock_bench.py"), *pg["oarlock"]],
+            "oarlock": [
+                str(oarlock_py), str(PEERS / "oarlock_bench.py"), *floors, *pg["oarlock"]
+            ],
             **{
                 name: [str(peers_py), str(PEERS / script), *pg.get(name, [])]
                 for name, script in SCRIPTS.items()

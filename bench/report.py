@@ -371,6 +371,7 @@ def _floor(res: dict[str, Any], prefix: str = "") -> dict[str, float] | None:
         "flushes": counts["FULL"],
         "commits": counts["NORMAL"],
         "per_turn": per_turn,
+        "samples": len(flushed),
     }
 
 
@@ -387,7 +388,8 @@ def floors_section(res: dict[str, Any]) -> list[str]:
         "",
         f"One flushed SQLite commit (WAL, synchronous=FULL, a 2 KB row) took {f['flush']:.3f} "
         f"ms and one that waits for no disk (synchronous=NORMAL) {f['commit']:.3f} ms (medians "
-        "of 200) in this invocation. A 10-turn run of the workload made "
+        f"of {f['samples']}, taken across the rounds) in this invocation. A 10-turn run of the "
+        "workload made "
         f"{f['flushes']} flushed and {f['commits']} unflushed commits (counted in this "
         "invocation by tracing the store's statements; pinned in "
         "`tests/integration/test_commit_counts.py`): each model response is flushed before "

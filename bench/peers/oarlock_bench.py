@@ -195,8 +195,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await resume_once(tmp / "warm.db")
         out["resume_s"] = [await resume_once(tmp / f"resume-{i}.db") for i in range(args.rounds)]
         out["bytes"] = {str(n): await stored_bytes(tmp, n) for n in (TOOL_TURNS, 100)}
-        out["commit_s"] = flushed_commits(tmp / "commits.db", 200)
-        out["unflushed_commit_s"] = flushed_commits(tmp / "normal.db", 200, "NORMAL")
+        out["commit_s"] = flushed_commits(tmp / "commits.db", args.commits)
+        out["unflushed_commit_s"] = flushed_commits(tmp / "normal.db", args.commits, "NORMAL")
     if args.pg:
         await postgres_rows(out, args)
     return out
@@ -211,8 +211,8 @@ async def postgres_rows(out: dict[str, Any], args: argparse.Namespace) -> None:
         out["durable_pg_history_per_turn_s"] = await per_turn(
             store, args.rounds, args.runs, history=True
         )
-    out["pg_commit_s"] = pg_commits(args.pg, True, 300)
-    out["pg_unflushed_commit_s"] = pg_commits(args.pg, False, 300)
+    out["pg_commit_s"] = pg_commits(args.pg, True, args.commits)
+    out["pg_unflushed_commit_s"] = pg_commits(args.pg, False, args.commits)
 
 
 def pg_commits(url: str, sync: bool, n: int) -> list[float]:
@@ -284,6 +284,9 @@ def main() -> int:
     ap = arguments()
     ap.add_argument("--make-run", metavar="DB", help="store one 10-turn run in DB, print its id")
     ap.add_argument("--pg", metavar="URL", help="also measure PostgresStore on this database")
+    ap.add_argument(
+        "--commits", type=int, default=200, help="commits timed for each floor (default 200)"
+    )
     args = ap.parse_args()
     if args.make_run:
         emit(REAL_STDOUT, {"run_id": asyncio.run(make_run(Path(args.make_run)))})
