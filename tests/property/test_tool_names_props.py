@@ -9,12 +9,13 @@ import re
 import subprocess
 import sys
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from oarlock.models._names import ToolNames
 
-PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # whole names only: fullmatch (a `$` would
+# also match before a trailing newline)
 
 # names of every kind: MCP-style ``server.tool``, already-safe names that may collide with
 # a mapped one, long ones, empty, non-ASCII, surrogates
@@ -29,14 +30,15 @@ names = st.sets(name, max_size=25)
 
 
 @given(names)
+@example({"0\n", "0_"})  # a name that a `$` pattern takes for a safe one
 def test_the_mapping_is_injective_safe_and_reversible(given_names: set[str]) -> None:
     mapping = ToolNames(given_names)
     sent = {n: mapping.safe(n) for n in given_names}
     assert len(set(sent.values())) == len(given_names)  # injective
     for real, safe in sent.items():
-        assert PATTERN.match(safe), (real, safe)
+        assert PATTERN.fullmatch(safe), (real, safe)
         assert mapping.real(safe) == real
-        if PATTERN.match(real):
+        if PATTERN.fullmatch(real):
             assert safe == real  # a safe name is sent as it is
 
 
@@ -74,7 +76,7 @@ def test_collisions_are_resolved_deterministically() -> None:
     assert mapping.safe("notes_read") == "notes_read"
     safe = {mapping.safe("notes.read"), mapping.safe("notes read")}
     assert len(safe) == 2 and "notes_read" not in safe
-    assert all(PATTERN.match(s) and s.startswith("notes_read_") for s in safe)
+    assert all(PATTERN.fullmatch(s) and s.startswith("notes_read_") for s in safe)
     assert mapping.safe("notes read") == "notes_read_" + mapping.safe("notes read")[-8:]
 
 
