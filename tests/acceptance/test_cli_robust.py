@@ -261,7 +261,7 @@ def snake_keys(value: Any, where: str = "") -> list[str]:
     found = []
     if isinstance(value, dict):
         for key, item in value.items():
-            if not CAMEL.match(key):
+            if not CAMEL.fullmatch(key):
                 found.append(f"{where}/{key}")
             if key not in DATA:
                 found += snake_keys(item, f"{where}/{key}")

@@ -191,7 +191,7 @@ async def test_unsafe_names_travel_safe_and_come_back_real(
     # every request carries only safe, distinct names, the same ones turn after turn
     first, second = bodies(adapter, openai_server, anthropic_server)
     names = sent_tools(adapter, first)
-    assert all(SAFE.match(n) for n in names.values()), names
+    assert all(SAFE.fullmatch(n) for n in names.values()), names
     assert len(set(names.values())) == 3
     assert names["Search the notes (the plain one)."] == "notes_search"
     assert sent_tools(adapter, second) == names
@@ -225,7 +225,7 @@ async def test_the_tools_of_a_real_mcp_server_are_called_by_their_safe_names(
     assert "5" in doc.messages[2].content[0].content  # type: ignore[union-attr]
     first, second = openai_server.bodies()
     sent = [t["function"]["name"] for t in first["tools"]]
-    assert sent and all(SAFE.match(n) for n in sent)
+    assert sent and all(SAFE.fullmatch(n) for n in sent)
     assert "calc_add" in sent and not any("." in n for n in sent)
     assert history_names("chat", second) == ["calc_add"]
     (receipt,) = await store.governance().receipts()
