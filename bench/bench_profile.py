@@ -301,28 +301,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "SQLite": await profile(lambda: SQLiteStore(Path(tmp) / "profile.db"), args.runs),
         }
     if args.pg:
+        from compare import postgres_databases  # a database of its own, dropped after
+
         from oarlock.store import PostgresStore
 
-        with _database(args.pg) as url:
+        with postgres_databases(args.pg, ["profile"]) as made:
+            url = made["profile"][1]  # ["--pg", URL]
             res["PostgreSQL"] = await profile(lambda: PostgresStore(url), args.runs, postgres=True)
     return res
-
-
-@contextmanager
-def _database(server: str) -> Iterator[str]:
-    """A fresh database on ``server``, dropped afterwards."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    import psycopg
-
-    name = f"oarlock_profile_{os.getpid()}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield urlunsplit(urlsplit(server)._replace(path="/" + name))
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main() -> int:

@@ -106,7 +106,7 @@ def seed(path: Path, count: int) -> None:
                 )
                 if i % 100 == 0:
                     doc.status = "waiting_approval"
-                columns, *_ = _columns(doc)
+                columns, _ = _columns(doc)
                 conn.execute(  # tags too
                     q["create_run"],
                     {**columns, "agent_ref": None, "tenant": "default", "queue": "default",

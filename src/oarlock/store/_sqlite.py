@@ -91,7 +91,7 @@ from functools import cache
 from operator import is_
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from oarlock.errors import ConflictError, FormatError, IntegrityError, NotFound, StoreError
 from oarlock.formats._runcheck import conforming_run
@@ -122,6 +122,7 @@ __all__ = ["SQLiteStore", "default_db_path", "named_queries", "schema_version"]
 
 _MESSAGES_KEPT = 65_536  # runs whose stored messages a store remembers, at most
 _WHOLES_KEPT = 1_024  # runs whose document saved whole a store remembers, at most
+T = TypeVar("T")
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
@@ -254,6 +255,15 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
 
     uri = "file:" + quote(os.fsencode(path.absolute())) + "?mode=rw"
     return sqlite3.connect(uri, timeout=_BUSY_TIMEOUT, uri=True, isolation_level=None)
+
+
+def _keep(kept: dict[str, T], most: int, run_id: str, value: T) -> None:
+    """Remember ``value`` for ``run_id`` in ``kept``, which holds ``most`` runs at most:
+    past that it forgets them all (what a store remembers of the runs it wrote or loaded,
+    see the module: one it no longer knows is written or serialized whole again)."""
+    if len(kept) >= most:
+        kept.clear()
+    kept[run_id] = value
 
 
 def _store_error(exc: sqlite3.Error, doing: str) -> StoreError:
@@ -490,7 +500,7 @@ class SQLiteStore(SQLiteQueue):
         flush: bool = True,
     ) -> int:
         run_id, q = document.id, named_queries()
-        (columns, *_), rows = _columns(document), _event_rows(document.id, events)
+        (columns, _), rows = _columns(document), _event_rows(document.id, events)
         params = {**columns, "agent_ref": agent_ref, "tenant": tenant, "queue": queue}
 
         def write(conn: sqlite3.Connection) -> int:
@@ -536,14 +546,6 @@ class SQLiteStore(SQLiteQueue):
 
             adopt_run_parts(document, list(whole[2]))
 
-    def _keep_whole(self, run_id: str, kept: tuple[int, bytes, Parts]) -> None:
-        """Remember a document this store saved whole (its version, the column's bytes and
-        its messages' JSON), for ``_WHOLES_KEPT`` runs at most (past that, forget them all:
-        a load that finds none serializes the messages at the next save, as before)."""
-        if len(self._wholes) >= _WHOLES_KEPT:
-            self._wholes.clear()
-        self._wholes[run_id] = kept
-
     def _kept_as_loaded(self, document: RunDocument, version: int, num: int, parts: Parts) -> None:
         """Remember a loaded document's message rows as this store's own, and give the
         document's cache of its messages' JSON those very bytes, so that its next save
@@ -552,15 +554,7 @@ class SQLiteStore(SQLiteQueue):
         from oarlock.formats._codec import adopt_run_parts
 
         if adopt_run_parts(document, list(parts)):
-            self._keep_messages(document.id, (version, num, parts))
-
-    def _keep_messages(self, run_id: str, kept: tuple[int, int, Parts]) -> None:
-        """Remember the run's rows (its version, number and messages' JSON), at most
-        ``_MESSAGES_KEPT`` runs' (past that, forget them all: a save that finds none writes
-        every row again)."""
-        if len(self._messages) >= _MESSAGES_KEPT:
-            self._messages.clear()
-        self._messages[run_id] = kept
+            _keep(self._messages, _MESSAGES_KEPT, document.id, (version, num, parts))
 
     def read_document(self, run_id: str) -> dict[str, Any]:
         """The run's document as stored: JSON, with its camelCase members. For commands that
@@ -605,7 +599,8 @@ class SQLiteStore(SQLiteQueue):
         flush: bool = True,
     ) -> int:
         run_id, q = document.id, named_queries()
-        (columns, parts, messages) = _columns(document, split=True)
+        columns, messages = _columns(document, split=True)
+        parts = None if columns["message_rows"] is None else messages  # stored as rows
         rows = _event_rows(run_id, events)
         params = {**columns, "expected_version": expected_version}
         stored = self._stored_messages(run_id, expected_version, parts)
@@ -637,9 +632,9 @@ class SQLiteStore(SQLiteQueue):
         rewrites = parts is not None or had is not None or document.status != "running"
         version, num = await self._group.submit(write, flush=flush)
         if parts is not None and num is not None:
-            self._keep_messages(run_id, (version, num, parts))
+            _keep(self._messages, _MESSAGES_KEPT, run_id, (version, num, parts))
         elif parts is None and sum(map(len, messages)) < SPLIT_FROM:
-            self._keep_whole(run_id, (version, columns["document"], messages))
+            _keep(self._wholes, _WHOLES_KEPT, run_id, (version, columns["document"], messages))
         if lease is None and document.status == "running":
             self._wakeups.wake()
         return version

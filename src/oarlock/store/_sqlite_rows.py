@@ -31,25 +31,22 @@ parts, measured in alternating processes)."""
 _ZLIB_LEVEL, _ZLIB_WBITS = 3, 14
 
 
-def _columns(
-    document: RunDocument, split: bool = False
-) -> tuple[dict[str, Any], Parts | None, Parts]:
+def _columns(document: RunDocument, split: bool = False) -> tuple[dict[str, Any], Parts]:
     """The columns of ``runs``: the document (compressed at rest), and what is copied out
     of it; with ``split``, a running document of ``SPLIT_FROM`` bytes or more without its
-    messages, and the JSON of each (the rows of ``messages``: see the module), else None
-    and the document whole; last, the JSON of each message in every case (the bytes of the
-    document's cache, as the column holds them)."""
+    messages (``message_rows`` their count: they are the rows of ``messages``, see the
+    module), else the document whole; and the JSON of each message (the bytes of the
+    document's cache, as the column or those rows hold them)."""
     from oarlock.formats._codec import dump_run_parts
 
     head, parts = dump_run_parts(document)
-    messages = tuple(parts)
-    kept: Parts | None = None
+    messages, in_rows = tuple(parts), False
     if document.status != "running":
         import zlib
 
         data = zlib.compress(join_run_json(head, parts), _ZLIB_LEVEL, _ZLIB_WBITS)
     elif split and len(head) + sum(map(len, parts)) >= SPLIT_FROM:
-        data, kept = head, messages
+        data, in_rows = head, True
     else:
         data = join_run_json(head, parts)
     due = None
@@ -67,8 +64,8 @@ def _columns(
         "updated_at": document.updated_at,
         "approval_due": due,
         "document": data,
-        "message_rows": None if kept is None else len(kept),
-    }, kept, messages
+        "message_rows": len(messages) if in_rows else None,
+    }, messages
 
 
 # The preset dictionary of stored event data (format byte 2, see oarlock.store._packing):
