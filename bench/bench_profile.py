@@ -199,6 +199,8 @@ def instrument(timer: Timer, postgres: bool = False) -> list[Callable[[], None]]
     for gov in (MemoryGovernanceStore, SQLiteGovernanceStore):
         for attr in ("begin", "finish", "record", "take_over", "refuse"):
             undo.append(_wrap_async(timer, gov, attr, "governance store"))
+        # a fresh read's claim, invocation and receipt, written inside its step's save
+        undo.append(_wrap_sync(timer, gov, "write_records", "governance store"))
     undo.append(_wrap_sync(timer, _codec, "dump_run_parts", "run store"))
     if postgres:
         from oarlock.store._postgres import PostgresStore
@@ -206,7 +208,8 @@ def instrument(timer: Timer, postgres: bool = False) -> list[Callable[[], None]]
 
         for attr in ("save", "create"):
             undo.append(_wrap_async(timer, PostgresStore, attr, "run store"))
-        for attr in ("begin", "finish", "record", "take_over", "refuse"):
+        # a fresh read's records go in its step's save statement: no call of their own
+        for attr in ("begin", "finish", "record", "take_over", "refuse", "write_records"):
             undo.append(_wrap_async(timer, PostgresGovernanceStore, attr, "governance store"))
         undo.append(_timed_statements(timer))
     return undo

@@ -354,7 +354,7 @@ def _floor(res: dict[str, Any], prefix: str = "") -> dict[str, float] | None:
     ``pg_``: on PostgreSQL, where the store makes the same transactions (one per store
     call, synchronous exactly where SQLite's are flushed) but for the drive's lease: taken
     in a synchronous commit of its own, where SQLite takes it without a flush (both give
-    it back with the last save: 12 + 21 for the workload, pinned in
+    it back with the last save: 12 + 11 for the workload, pinned in
     tests/integration/test_postgres_statements.py)."""
     o = res["raw"].get("oarlock") or {}
     flushed, unflushed = o.get(f"{prefix}commit_s"), o.get(f"{prefix}unflushed_commit_s")
@@ -393,9 +393,10 @@ def floors_section(res: dict[str, Any]) -> list[str]:
         f"{f['flushes']} flushed and {f['commits']} unflushed commits (counted in this "
         "invocation by tracing the store's statements; pinned in "
         "`tests/integration/test_commit_counts.py`): each model response is flushed before "
-        "its tools run; the run's creation, the drive's lease, a step of `read` results and "
-        "each read call's one write (its claim, invocation and receipt) ride on the next "
-        "flush (see the README's durability rule). The floor is "
+        "its tools run; the run's creation, the drive's lease and a step of `read` results "
+        "(with each read call's one write, its claim, invocation and receipt, in the step's "
+        "own transaction) ride on the next flush (see the README's durability rule). The "
+        "floor is "
         f"{f['per_turn']:.3f} ms per model turn; oarlock's durable turn took {base:.3f} ms, "
         f"{base / f['per_turn']:.1f}× the floor"
         + (

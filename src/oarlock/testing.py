@@ -15,7 +15,12 @@ from oarlock.formats._report import Kind
 from oarlock.formats._validate import validate
 from oarlock.governance._ledger import Checkpoint, LedgerEntry
 from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
-from oarlock.governance._store import ClaimHeld, GovernanceStore, MemoryGovernanceStore
+from oarlock.governance._store import (
+    ClaimHeld,
+    GovernanceStore,
+    MemoryGovernanceStore,
+    Recorded,
+)
 from oarlock.models._function import FunctionModel
 from oarlock.models._scripted import ScriptedModel
 from oarlock.store._base import Event, RunStore, RunSummary, StoredRun
@@ -46,6 +51,13 @@ class ValidatingStore:
     def __init__(self, inner: RunStore) -> None:
         self.inner = inner
         self.writes = 0
+        self._governance: ValidatingGovernanceStore | None = None
+
+    @property
+    def saves_records(self) -> bool:
+        """Whether ``save`` takes ``records=`` (the inner store's does): they are validated
+        as the governance wrapper validates them, then passed on."""
+        return getattr(self.inner, "saves_records", False) is True
 
     def _check(self, document: RunDocument) -> None:
         whole = dump(document)
@@ -85,11 +97,21 @@ class ValidatingStore:
         *,
         lease: Lease | None = None,
         flush: bool = True,
+        records: Sequence[Recorded] = (),
     ) -> int:
         self._check(document)
-        return await self.inner.save(
-            document, expected_version, events, lease=lease, flush=flush
-        )
+        if not records:
+            return await self.inner.save(
+                document, expected_version, events, lease=lease, flush=flush
+            )
+        governance = self.governance()
+        for r in records:
+            governance._check(r.invocation, "invocation")
+            governance._check(r.receipt, "receipt")
+        saving: Any = self.inner.save  # a store that saves_records
+        return int(await saving(
+            document, expected_version, events, lease=lease, flush=flush, records=records
+        ))  # fmt: skip
 
     async def events(self, run_id: str) -> list[Event]:
         return await self.inner.events(run_id)
@@ -107,8 +129,10 @@ class ValidatingStore:
     async def ids_starting(self, prefix: str, *, limit: int = 10) -> list[str]:
         return await self.inner.ids_starting(prefix, limit=limit)
 
-    def governance(self) -> GovernanceStore:
-        return ValidatingGovernanceStore(self.inner.governance())
+    def governance(self) -> ValidatingGovernanceStore:
+        if self._governance is None:
+            self._governance = ValidatingGovernanceStore(self.inner.governance())
+        return self._governance
 
     async def close(self) -> None:
         await self.inner.close()

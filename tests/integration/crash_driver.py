@@ -8,6 +8,7 @@ approves that call and continues the run. MODE is one of:
 
 * ``none``: no kill of its own; exit 0 at the end;
 * ``commit:N``: SIGKILL right after the Nth commit (the run's creation is commit 1);
+* ``save:N``: SIGKILL right before the Nth commit is written (after what its step ran);
 * ``model:K``: SIGKILL inside the model request made with K assistant messages so far;
 * ``decision``: SIGKILL right after the approval of APPROVE_CALL_ID is committed.
 
@@ -74,6 +75,18 @@ async def main(
             die()
 
     store = PostgresStore(db) if is_postgres_url(db) else SQLiteStore(db)
+    if kind == "save":
+        kill_before, writes = int(arg), [0]
+        for name in ("create", "save"):
+            real = getattr(store, name)
+
+            async def write(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+                writes[0] += 1
+                if writes[0] == kill_before:
+                    die()
+                return await _real(*args, **kwargs)
+
+            setattr(store, name, write)
     key = os.environ.get("OARLOCK_APPROVER_KEY")
     approver = ApproverKey.load(key, "user:test") if key else None
     runner = Runner(agent, store, on_commit=on_commit, approver=approver)

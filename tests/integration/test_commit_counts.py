@@ -4,8 +4,9 @@ under every durable figure in bench/results.md, and the runner's flush rule (see
 
 A 10-turn run of one read tool flushes each model response (10 calls for tools, then the
 answer: 11). Its creation and each step's read results ride on the next flush (11 unflushed
-commits), as does each governed read call's one write after it ran (its claim, invocation
-and receipt: 10), and the drive's lease taken (1); the lease is given back in the
+commits), each governed read call's one write after it ran (its claim, invocation and
+receipt) in its step's own transaction, and the drive's lease taken (1); the lease is given
+back in the
 transaction of the drive's last save, the answer, and flushed with it. A step that ran a
 call with an effect outside the sandbox is flushed with its results and receipts. Resuming
 a paused run flushes four: the decision, the spend call's claim (before the tool runs), the
@@ -20,6 +21,7 @@ from typing import Any
 from helpers import echo, echo_agent
 from oarlock.engine import Agent, Runner
 from oarlock.governance import RulePolicy
+from oarlock.governance._ledger import verify_chains
 from oarlock.models import ScriptedModel
 from oarlock.store import SQLiteStore
 from oarlock.tools import tool
@@ -51,9 +53,16 @@ async def test_a_ten_turn_run_of_reads_flushes_its_eleven_model_responses(
         counts = count_commits(store)
         doc = await Runner(agent(10), store).start("go")
         assert doc.status == "completed" and doc.turns == 11
-    # unflushed: the creation, 10 steps of read results, the 10 reads (each claimed with
-    # its receipt, after it ran), the lease taken (given back with the answer)
-    assert counts == {"FULL": 11, "NORMAL": 22}
+        governance = store.governance()
+        receipts = await governance.receipts()
+        chains = {name: await governance.ledger(name) for name in await governance.chains()}
+    # unflushed: the creation, 10 steps of read results (each with its read's claim,
+    # invocation and receipt, written after it ran), the lease taken (given back with the
+    # answer)
+    assert counts == {"FULL": 11, "NORMAL": 12}
+    assert [r.receipt["status"] for r in receipts] == ["Succeeded"] * 10
+    assert sum(len(entries) for entries in chains.values()) == 20  # invocation and receipt
+    assert all(report.ok for report in verify_chains(chains).values())
 
 
 @tool(side_effect="external")
@@ -76,10 +85,10 @@ async def test_a_step_with_an_effect_flushes_its_results(tmp_path: Path) -> None
         counts = count_commits(store)
         doc = await Runner(writer, store).start("go")
         assert doc.status == "completed", doc.error
-    # flushed: 3 model responses, the mixed step's results, the write's claim; unflushed:
-    # the creation, the read step's results, 2 reads (each claimed with its receipt), the
-    # write's receipt, the lease taken
-    assert counts == {"FULL": 5, "NORMAL": 6}
+    # flushed: 3 model responses, the mixed step's results (with its read's claim,
+    # invocation and receipt), the write's claim; unflushed: the creation, the read step's
+    # results (with its read's records), the write's receipt, the lease taken
+    assert counts == {"FULL": 5, "NORMAL": 4}
 
 
 async def test_resuming_after_an_approval_flushes_four_commits(tmp_path: Path) -> None:

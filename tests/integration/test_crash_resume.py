@@ -420,6 +420,39 @@ def test_crash_then_resume_in_a_new_process_matches_an_uninterrupted_run(
     assert normal(final_doc) == normal(expected)
 
 
+def test_reads_whose_step_was_never_saved_leave_no_records_and_run_again(
+    agent_file: Path, baseline: Any, tmp_path: Path, backend: str
+) -> None:
+    """Killed after the first step's three reads ran, before the save of their results:
+    their claims, invocations and receipts go with that save, so nothing of them is
+    stored; the resumed run claims each before it runs it again, and each call of the run
+    ends with one receipt."""
+    reads = ["fragile_report", "lookup_order", "stock_level"]
+    db = new_db(backend, tmp_path)
+    crashed = drive(agent_file, db, "save:3")
+    assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr)
+    doc, _ = load(db)
+    assert (doc["status"], len(doc["messages"])) == ("running", 2)
+    assert sorted(calls(db)) == reads
+    assert [receipts(db, tool) for tool in reads] == [[], [], []]
+    assert open_claims(db) == []
+
+    final = finish(db)
+    assert normal(final) == normal(baseline[0])
+    assert sorted(calls(db)) == sorted(BASELINE_CALLS + reads)
+    assert [len(receipts(db, tool)) for tool in reads] == [1, 2, 1]  # lookup_order: A-1, A-2
+    assert all(r.status == "Succeeded" for tool in reads for r in receipts(db, tool))
+    assert open_claims(db) == []
+
+
+def open_claims(db: Db) -> list[Any]:
+    async def go() -> list[Any]:
+        async with db.store() as store:
+            return await store.governance().open_claims()
+
+    return asyncio.run(go())
+
+
 def test_a_crash_after_the_last_commit_leaves_a_run_a_resume_leaves_alone(
     agent_file: Path, baseline: Any, tmp_path: Path, backend: str
 ) -> None:

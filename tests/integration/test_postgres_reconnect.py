@@ -282,6 +282,8 @@ async def test_writes_whose_commit_went_through_as_the_connection_ended_stand_on
         {"tool_calls": [{"name": "note", "arguments": {"text": "b"}}]},
         {"tool_calls": [{"name": "echo", "arguments": {"text": "c"}},
                         {"name": "note", "arguments": {"text": "d"}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "e"}}]},
+        {"tool_calls": [{"name": "echo", "arguments": {"text": "f"}}]},
         {"text": "done"},
     ]  # fmt: skip
     rule = {"id": "notes", "effect": "allow", "match": {"tool": "note"}}
@@ -295,11 +297,11 @@ async def test_writes_whose_commit_went_through_as_the_connection_ended_stand_on
         assert ended.ended == ended.commits // every >= 2
         assert ran == ["b", "d"]  # each effect once
         receipts = raw(url, "SELECT status FROM receipts")
-        assert sorted(s for (s,) in receipts) == ["Succeeded"] * 4
-        assert raw(url, "SELECT count(*) FROM invocations") == [(4,)]
-        assert raw(url, "SELECT count(*) FROM claims") == [(4,)]
+        assert sorted(s for (s,) in receipts) == ["Succeeded"] * 6
+        assert raw(url, "SELECT count(*) FROM invocations") == [(6,)]
+        assert raw(url, "SELECT count(*) FROM claims") == [(6,)]
         kinds = [e.kind for e in await store.events(doc.id)]
-        assert kinds.count("tool_called") == 4 and kinds.count("model_responded") == 4
+        assert kinds.count("tool_called") == 6 and kinds.count("model_responded") == 6
         gov = store.governance()
         chains = {name: await gov.ledger(name) for name in await gov.chains()}
         assert chains and all(r.ok for r in verify_chains(chains).values())

@@ -1,10 +1,12 @@
 """What one durable run costs on PostgreSQL, pinned: a 10-turn run of one read tool sends
-33 statements, each its own round trip and, where it writes, its own transaction (the
-run's creation, 21 saves, 10 reads each recorded in one write after it ran, with its
-claim, invocation and receipt, the lease taken; the last save gives the lease back); and
-its commits wait for the disk as the store's documentation says: the 11 saves of a model
-response and the lease's claim with ``synchronous_commit`` on, the creation, the saves of
-the 10 steps' results and the 10 reads' records with it off (21).
+23 statements, each its own round trip and, where it writes, its own transaction (the
+run's creation, 21 saves, the lease taken; the last save gives the lease back; each read,
+run before it was claimed, is recorded by its step's save: its claim, invocation and
+receipt); and its commits wait for the disk as the store's documentation says: the 11
+saves of a model response and the lease's claim with ``synchronous_commit`` on, the
+creation and the saves of the 10 steps' results (with their reads' records) with it off
+(11). A save whose records its statement cannot write (an entry hashed in Python) writes
+them, then the run, in one transaction.
 
 The one-statement claim and receipt (migrations 0003 and 0004) leave to the transaction of several
 statements what they do not do: an entry time that needs escaping in JSON (its hash
@@ -16,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -118,16 +121,53 @@ async def test_a_ten_turn_run_sends_one_statement_per_write_and_keeps_its_commit
         with counted() as counts:
             doc = await Runner(echo_agent("counts", 10), store).start("go")
         assert doc.status == "completed" and doc.turns == 11
-    assert counts["statements"] == 33, counts
-    assert counts["round trips"] == 33, counts
+    assert counts["statements"] == 23, counts
+    assert counts["round trips"] == 23, counts
     assert {name: counts[name] for name in ("create_run", "save_run", "claim_of",
             "begin_fast", "finish_fast", "record_fast", "claim_run", "release")} == {
         "create_run": 1, "save_run": 21, "claim_of": 0, "begin_fast": 0,
-        "finish_fast": 0, "record_fast": 10, "claim_run": 1, "release": 0}  # fmt: skip
+        "finish_fast": 0, "record_fast": 0, "claim_run": 1, "release": 0}  # fmt: skip
     modes = raw(url, "SELECT mode, count(DISTINCT xid) FROM commit_log GROUP BY mode")
-    assert dict(modes) == {"on": 12, "off": 21}
+    assert dict(modes) == {"on": 12, "off": 11}
+    # the 10 reads, and the warm-up run's one
+    assert raw(url, "SELECT count(*) FROM receipts WHERE status = 'Succeeded'") == [(11,)]
+    assert raw(url, "SELECT count(*) FROM claims") == [(11,)]
     assert raw(url, "SELECT lease_owner, lease_until, ready_at FROM runs WHERE id = %s",
                [doc.id]) == [(None, None, None)]  # fmt: skip
+
+
+async def test_a_save_writes_its_records_in_its_statement_or_else_in_one_transaction(
+    url: str,
+) -> None:
+    from oarlock.formats import dump_run, parse_run
+    from oarlock.formats._jcs import canonicalize
+    from oarlock.governance._store import Recorded
+
+    def record(key: str, finished: str) -> Recorded:
+        inv = invocation(key)
+        receipt = {**receipt_for(inv), "finishedAt": finished}
+        return Recorded(inv, claim_for(inv), receipt, None, NOW, canonicalize(receipt))
+
+    odd = 'at "quoted" \\ and é'  # the receipt's entry is hashed in Python
+    example = Path(__file__).parents[2] / "examples" / "runs" / "refund-waiting-approval.json"
+    data = dump_run(parse_run(example.read_bytes()))
+    data.update(id="run-r", status="running", pendingApprovals=[])
+    doc = parse_run(data)
+    async with PostgresStore(url) as store:
+        await store.create(doc, [])
+        with counted() as plain:
+            assert await store.save(doc, 1, [], records=[record("k1", NOW)]) == 2
+        with counted() as apart:
+            assert await store.save(doc, 2, [], records=[record("k2", NOW), record("k3", odd)]) == 3
+        entries = await store.governance().ledger("acme")
+    assert plain["statements"] == plain["save_run"] == 1, plain
+    # the statement, rolled back by OA001; then in one transaction the records' claims,
+    # ledger heads and entries, and the save
+    assert apart["save_run"] == 2 and apart["insert_claim"] == 2, apart
+    assert verify_chains({"acme": entries})["acme"].ok
+    assert [e.kind for e in entries] == ["invocation", "receipt"] * 3
+    assert entries[5].at == odd
+    assert raw(url, "SELECT version FROM runs WHERE id = %s", [doc.id]) == [(3,)]
 
 
 def invocation(key: str, tenant: str = "acme") -> dict[str, Any]:

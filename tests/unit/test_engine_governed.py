@@ -82,6 +82,31 @@ async def test_an_approved_call_runs_once_and_every_call_has_a_receipt() -> None
     assert used_by == pay.invocation_id
 
 
+async def test_a_fresh_read_is_recorded_by_its_step_save_through_the_validating_wrapper(
+) -> None:
+    store = MemoryStore()
+    turns = [{"tool_calls": [{"id": "c1", "name": "lookup", "arguments": {"order_id": "o1"}},
+                             {"id": "c2", "name": "lookup", "arguments": {"order_id": "o2"}}]},
+             {"text": "done"}]  # fmt: skip
+    wrapped = ValidatingStore(store)
+    r = Runner(Agent("desk", ScriptedModel(turns), tools=[lookup], tenant="acme"), wrapped)
+    assert r._saves_records  # the executor keeps its records in the wrapper's governance
+    saved: list[int] = []
+    real = store.save
+
+    async def save(*args: Any, records: Any = (), **kwargs: Any) -> int:
+        saved.append(len(records))
+        return await real(*args, records=records, **kwargs)
+
+    store.save = save  # type: ignore[method-assign]
+    doc = await r.start("look")
+    assert doc.status == "completed"
+    assert saved == [0, 2, 0]  # the model's response, the step's results with both reads
+    assert wrapped.governance().checked == 4  # each invocation and receipt validated
+    items = await store.governance().receipts(run_id=run_uuid(doc.id))
+    assert sorted(i.status for i in items) == ["Succeeded", "Succeeded"]
+
+
 async def test_an_edit_is_what_the_approval_covers() -> None:
     r, store = runner()
     doc = await r.start("refund")

@@ -179,6 +179,7 @@ GOVERNANCE_ALL = [
     "PolicyRequest",
     "PolicyVerdict",
     "Reconciliation",
+    "Recorded",
     "Review",
     "RulePolicy",
     "StoredReceipt",

@@ -23,13 +23,14 @@ from oarlock.testing import ValidatingStore
 from oarlock.tools import tool
 
 STARTED: list[str] = []
+QUICK: list[bool] = []  # when set, wait_a_while returns at once
 
 
 @tool(side_effect="read")
 async def wait_a_while(seconds: float) -> str:
     """Take ``seconds``."""
     STARTED.append("wait_a_while")
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(0 if QUICK else seconds)
     return f"waited {seconds}"
 
 
@@ -45,6 +46,7 @@ def waiting_agent(seconds: float, name: str = "waiter", tenant: str = "default")
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     STARTED.clear()
+    QUICK.clear()
 
 
 async def live(store: MemoryStore) -> list[Lease]:
@@ -58,10 +60,11 @@ async def test_a_drive_takes_the_runs_lease_and_gives_it_back() -> None:
     real_save = store.save
 
     async def save(document: Any, expected: int, events: Any, *, lease: Any = None,
-                   flush: bool = True) -> int:
+                   flush: bool = True, **records: Any) -> int:
         assert lease is not None and lease.owner == process_holder()
         epochs.append(lease.epoch)
-        return await real_save(document, expected, events, lease=lease, flush=flush)
+        return await real_save(document, expected, events, lease=lease, flush=flush,
+                               **records)  # fmt: skip
 
     store.save = save  # type: ignore[method-assign]
     doc = await runner.start("go")
@@ -186,8 +189,15 @@ async def test_a_runner_given_a_workers_lease_drives_under_it_and_leaves_it() ->
     stored = await store.load(doc.id)
     assert stored.document.status == "running"  # left to be resumed, not cancelled
     assert [(x.owner, x.epoch) for x in await live(store)] == [(lease.owner, lease.epoch)]
+    # the read cut off was never recorded (its record rides on its step's save): it runs
+    # again, claimed first this time
+    assert await store.governance().receipts() == []
+    QUICK.append(True)
     done = await Runner(waiting_agent(0), store, lease=lease).resume(doc.id)
     assert done.status == "completed"
+    assert STARTED == ["wait_a_while", "wait_a_while"]
+    [receipt] = await store.governance().receipts()
+    assert receipt.status == "Succeeded"
     assert [x.epoch for x in await live(store)] == [lease.epoch]  # the worker releases it
 
 

@@ -55,6 +55,7 @@ from oarlock.formats._time import now_rfc3339, shift_rfc3339
 from oarlock.governance._approvers import ApproverKey
 from oarlock.governance._executor import CallOutcome, GovernedExecutor
 from oarlock.governance._sanitize import sanitize
+from oarlock.governance._store import Recorded
 from oarlock.models._base import ModelRequest, ModelResponse, TextSink, TurnText
 from oarlock.store._base import Event, RunStore, StoredRun
 from oarlock.store._leases import as_queue, process_holder
@@ -188,6 +189,10 @@ class Runner(Conversations, Decisions):
         self._drives: dict[str, _Drive] = {}  # the drives under way, by run
         self._calls: dict[tuple[str, str], CallWatch] = {}  # (run, call): its watch
         self._timed: dict[tuple[str, str], dict[str, Any]] = {}  # (run, call): its span
+        # whether a step's save carries the records of its fresh reads (Recorded): the
+        # store's save takes them, and the executor keeps its records in that store
+        self._saves_records = getattr(store, "saves_records", False) is True and (
+            getattr(self.executor, "store", None) is store.governance())  # fmt: skip
         observers = getattr(self.executor, "observers", None)
         if isinstance(observers, list):  # the receipt of each call, for the streams
             observers.append(self._seen)
@@ -356,6 +361,7 @@ class Runner(Conversations, Decisions):
         return CallContext(
             doc.id, doc.agent, self.agent.scope, doc.turns, self.replay_of, fence,
             self._deps.get(doc.id), fresh=fresh,
+            pending=[] if fresh and self._saves_records else None,
         )  # fmt: skip
 
     async def _update(
@@ -496,13 +502,17 @@ class Runner(Conversations, Decisions):
         *,
         flush: bool = True,
         hold: Hold | None = None,
+        records: Sequence[Recorded] = (),
     ) -> int:
-        """Save a step; the drive's last (the run left at rest) gives back ``hold``."""
+        """Save a step, with the ``records`` of its calls that ran before they were
+        claimed (see ``_saves_records``); the drive's last (the run left at rest) gives
+        back ``hold``."""
         def save(release: bool = False) -> Awaitable[int]:
+            saving: Callable[..., Awaitable[int]] = self.store.save
+            extra: dict[str, Any] = {"records": records} if records else {}
             if release:  # a queue that saves_releasing (see save_releasing): this store
-                releasing: Callable[..., Awaitable[int]] = self.store.save
-                return releasing(doc, version, events, lease=fence, flush=flush, release=True)
-            return self.store.save(doc, version, events, lease=fence, flush=flush)
+                extra["release"] = True
+            return saving(doc, version, events, lease=fence, flush=flush, **extra)
 
         try:
             if hold is None or doc.status == "running":
@@ -550,8 +560,10 @@ class Runner(Conversations, Decisions):
                 action = core.next_action(doc, self.agent.limits)
                 if isinstance(action, core.Idle) or (self.pause is not None and self.pause()):
                     return doc
-                events, flush = await self._step(doc, action, fence, answered)
-                version = await self._commit(doc, version, events, fence, flush=flush, hold=hold)
+                events, flush, records = await self._step(doc, action, fence, answered)
+                version = await self._commit(
+                    doc, version, events, fence, flush=flush, hold=hold, records=records
+                )
                 answered = isinstance(action, core.CallModel)
         except _CancelledElsewhere as stop:
             return stop.stored
@@ -587,8 +599,9 @@ class Runner(Conversations, Decisions):
 
     async def _step(
         self, doc: RunDocument, action: core.Action, fence: Lease | None, fresh: bool = False
-    ) -> tuple[list[Event], bool]:
-        """Take one step; its events, and whether its commit must wait for the disk.
+    ) -> tuple[list[Event], bool, Sequence[Recorded]]:
+        """Take one step; its events, whether its commit must wait for the disk, and the
+        records its save carries (``CallContext.pending``).
 
         The flush rule: a commit waits for the disk when something outside the database
         acts on it or it holds what cannot be had again: a model response (paid for, and
@@ -599,9 +612,9 @@ class Runner(Conversations, Decisions):
         reads run again. (A side-effecting call's claim is flushed before it starts, by the
         executor, whatever this rule says.)"""
         if isinstance(action, core.Halt):
-            return core.halt(doc, action, self.clock()), True
+            return core.halt(doc, action, self.clock()), True, ()
         if isinstance(action, core.CallModel):
-            return await self._model_turn(doc), True
+            return await self._model_turn(doc), True, ()
         ctx = self._ctx(doc, fence, fresh)
         if isinstance(action, core.PlanTools):
             planned = [plan_call(c, self.agent.tools, self.executor, ctx) for c in action.calls]
@@ -616,12 +629,12 @@ class Runner(Conversations, Decisions):
             ran = [p.tool for p in planned if p.tool is not None and p.arguments is not None]
             flush = bool(approvals) or not _quiet(ran)
             events = core.on_tools_planned(doc, results, approvals, now, deadlines)
-            return self._spans(doc.id, events), flush
+            return self._spans(doc.id, events), flush, ctx.pending or ()
         if isinstance(action, core.RunApproved):
             results = await self._watch(doc.id, self._run_approved(action.calls, ctx))
             tools = [self.agent.tools.get(call.name) for call, _ in action.calls]
             events = core.on_tools_ran(doc, results, self.clock())
-            return self._spans(doc.id, events), not _quiet(tools)
+            return self._spans(doc.id, events), not _quiet(tools), ctx.pending or ()
         raise TypeError(f"unknown action {action!r}")
 
     async def _run_planned(self, planned: list[Planned], ctx: CallContext) -> list[ToolResultPart]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     )
     from oarlock.governance._records import Approval, Claim, Reconciliation, StoredReceipt
     from oarlock.governance._sanitize import fence, sanitize, sanitize_result, unfence
-    from oarlock.governance._store import GovernanceStore, MemoryGovernanceStore
+    from oarlock.governance._store import GovernanceStore, MemoryGovernanceStore, Recorded
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -48,6 +48,7 @@ __all__ = [
     "PolicyRequest",
     "PolicyVerdict",
     "Reconciliation",
+    "Recorded",
     "Review",
     "RulePolicy",
     "StoredReceipt",
@@ -90,6 +91,7 @@ _WHERE = {
     "unfence": "_sanitize",
     "GovernanceStore": "_store",
     "MemoryGovernanceStore": "_store",
+    "Recorded": "_store",
     "CedarPolicy": "_cedar",
 }
 

@@ -81,9 +81,11 @@ def _plain(tool: Tool, verdict: PolicyVerdict, ctx: CallContext) -> bool:
 
     With the key of its own call (``run:<run>:call:<id>``: the tool declares none), made
     in the drive that received its model response (``CallContext.fresh``), it runs before
-    it is claimed, and its claim, invocation and receipt are written after it in one write
-    (the store's ``record``): no earlier attempt can hold that key, and should a worker
-    that lost the run's lease run it too, running a read twice changes nothing. A call of
+    it is claimed, and its claim, invocation and receipt are written after it in one write:
+    by the save of its step when the runner's store takes them (``CallContext.pending``,
+    :class:`~oarlock.governance.Recorded`), else by the store's ``record``. No earlier
+    attempt can hold that key, and should a worker that lost the run's lease run it too,
+    running a read twice changes nothing (its fenced write is refused). A call of
     a resumed step may have a receipt already, and a read with a key of its own making
     may share it with other calls and runs: those are claimed first, so that they wait
     for the holder and replay its receipt rather than run."""

@@ -93,7 +93,7 @@ from oarlock.governance._records import (
 )
 from oarlock.governance._sandboxed import SandboxRefused, plan_sandbox
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
-from oarlock.governance._store import ClaimHeld, GovernanceStore, artifact_ref
+from oarlock.governance._store import ClaimHeld, GovernanceStore, Recorded, artifact_ref
 from oarlock.governance._told import (
     effect_record,
     error_result,
@@ -134,6 +134,9 @@ class CallContext:
     # the call's model response came in this very drive, which then runs its calls: no
     # earlier attempt of them can hold their keys, so a plain read runs before its claim
     fresh: bool = False
+    # where such a fresh call's one write goes (:class:`Recorded`): into the save of its
+    # step, made by a runner whose store takes them; None: written at once (``record``)
+    pending: list[Recorded] | None = None
 
     @property
     def tenant(self) -> str:
@@ -673,7 +676,10 @@ class GovernedExecutor:
         )
         remember(receipt, sealed[0])  # the store's ledger entry takes its bytes as made
         try:
-            if c.unclaimed:
+            if c.unclaimed and c.ctx.pending is not None:  # stored with the step's save
+                claim, sealed_jcs = self._claim(c), sealed[0]
+                c.ctx.pending.append(Recorded(c.invocation, claim, receipt, raw, c.now, sealed_jcs))
+            elif c.unclaimed:
                 held = await self.store.record(
                     c.invocation, self._claim(c), receipt, result=raw, at=c.now, fence=c.ctx.fence
                 )

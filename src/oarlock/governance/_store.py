@@ -14,11 +14,12 @@ tests; the SQLite store keeps the same records in the run database.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from oarlock.errors import ConflictError, NotFound
-from oarlock.formats._jcs import canonicalize, digest_bytes, loads_jcs
+from oarlock.formats._jcs import canonicalize, digest_bytes, forget, loads_jcs, remember
 from oarlock.governance._ledger import (
     DEFAULT_CHAIN,
     GENESIS_HASH,
@@ -37,7 +38,15 @@ from oarlock.governance._records import (
 if TYPE_CHECKING:
     from oarlock.store._queue import Lease
 
-__all__ = ["ClaimHeld", "GovernanceStore", "MemoryGovernanceStore", "RunEpochs", "artifact_ref"]
+__all__ = [
+    "ClaimHeld",
+    "GovernanceStore",
+    "MemoryGovernanceStore",
+    "Recorded",
+    "RunEpochs",
+    "artifact_ref",
+    "claim_held",
+]
 
 
 def artifact_ref(data: bytes) -> str:
@@ -54,6 +63,34 @@ class ClaimHeld:
     claim: Claim
     receipt: dict[str, Any] | None
     run_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The one write of a call that ran before it was claimed (what :meth:`GovernanceStore.
+    record` takes), left to the save of the step that holds its result: a store whose
+    ``save`` takes ``records=`` writes them in that save's transaction, after the save's own
+    checks, so that the step and its calls' records are stored together or not at all.
+    ``receipt_jcs``: the receipt's canonical bytes, as its hash was taken over them."""
+
+    invocation: dict[str, Any]
+    claim: Claim
+    receipt: dict[str, Any]
+    result: bytes | None
+    at: str
+    receipt_jcs: bytes
+
+
+def claim_held(record: Recorded) -> ConflictError:
+    """The refusal of a save whose call's key is held already: no earlier attempt of a call
+    made in the drive that received it can hold its key, so nothing is written, and the run
+    is resumed from what was stored (where its calls are claimed before they run)."""
+    claim = record.claim
+    return ConflictError(
+        f"idempotency key {claim.idempotency_key!r} of tool {claim.tool_id!r} is held "
+        "already; the step is not saved",
+        code="claim_held",
+    )
 
 
 @runtime_checkable
@@ -377,6 +414,27 @@ class MemoryGovernanceStore:
             self._append("invocation", at, invocation)
             self._finish(receipt, result, receipt["finishedAt"])
             return None
+
+    def write_records(self, records: Sequence[Recorded]) -> None:
+        """Write the records a run's save carries (see :class:`Recorded`), all or none (a
+        held key: :func:`claim_held`); the caller holds the lock."""
+        keys: set[tuple[str, str, str]] = set()
+        for r in records:
+            key = (r.claim.tenant_id, r.claim.tool_id, r.claim.idempotency_key)
+            if key in self._claims or key in keys or r.invocation["invocationId"] in (
+                self._invocations):  # fmt: skip
+                raise claim_held(r)
+            keys.add(key)
+        for r in records:
+            claim = r.claim
+            self._claims[(claim.tenant_id, claim.tool_id, claim.idempotency_key)] = claim
+            self._invocations[r.invocation["invocationId"]] = r.invocation
+            self._append("invocation", r.at, r.invocation)
+            remember(r.receipt, r.receipt_jcs)
+            try:
+                self._finish(r.receipt, r.result, r.receipt["finishedAt"])
+            finally:
+                forget(r.receipt)
 
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         with self._lock:

@@ -87,7 +87,14 @@ class RunSummary:
 
 @runtime_checkable
 class RunStore(Protocol):
-    """Where runs live. Implementations: memory (``oarlock.testing``), SQLite, PostgreSQL."""
+    """Where runs live. Implementations: memory (``oarlock.testing``), SQLite, PostgreSQL.
+
+    A store whose ``saves_records`` is True (the three shipped) also takes ``records=``
+    on ``save``: the records of the step's calls that ran before they were claimed
+    (:class:`~oarlock.governance.Recorded`), written in the save's transaction, after its
+    checks, by its own governance store; a key held already refuses the save
+    (ConflictError, code ``claim_held``). The runner passes them only to such a store,
+    when its executor keeps its records in that store's ``governance()``."""
 
     async def create(
         self,

@@ -23,7 +23,7 @@ from oarlock.store._queue import Lease, WorkerInfo
 
 if TYPE_CHECKING:  # pydantic loads on first use, not when oarlock.store is imported
     from oarlock.formats._models import RunDocument
-    from oarlock.governance._store import MemoryGovernanceStore
+    from oarlock.governance._store import MemoryGovernanceStore, Recorded
 
 __all__ = ["MemoryStore"]
 
@@ -46,6 +46,8 @@ class _Run:
 
 class MemoryStore:
     """Keeps serialized copies, so that callers can never alias stored state."""
+
+    saves_records = True  # its save writes the records of a step's calls (``records=``)
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -124,7 +126,11 @@ class MemoryStore:
         *,
         lease: Lease | None = None,
         flush: bool = True,
+        records: Sequence[Recorded] = (),
     ) -> int:
+        """As :meth:`RunStore.save <oarlock.store.RunStore.save>`; ``records``: the records
+        of the step's calls that ran before they were claimed, written with it or not at
+        all (:class:`~oarlock.governance.Recorded`)."""
         from oarlock.formats._codec import dump_run_json
 
         run_id = document.id
@@ -141,6 +147,8 @@ class MemoryStore:
                     f"run {run_id} changed: stored version {run.version}, "
                     f"expected {expected_version}"
                 )
+            if records:
+                self.governance().write_records(records)
             run.raw, run.version, run.status, run.due = raw, run.version + 1, document.status, due
             if lease is None:  # a decision or another writer: runnable from now, if free
                 run.ready_at = max(run.ready_at, time.time())

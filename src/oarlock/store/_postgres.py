@@ -50,6 +50,7 @@ never make them).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from oarlock.errors import (
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
     from oarlock.formats._models import RunDocument
+    from oarlock.governance._store import Recorded
     from oarlock.store._base import Event, RunSummary, StoredRun
     from oarlock.store._postgres_governance import PostgresGovernanceStore
     from oarlock.store._queue import Lease
@@ -80,6 +82,19 @@ __all__ = ["PostgresStore"]
 
 def _q(name: str) -> str:
     return pg_queries("postgres_queries.sql")[name]
+
+
+class _RecordsApart(StoreError):
+    """The save's statement did not write the records it carried, and wrote nothing."""
+
+
+def _apart(exc: Exception) -> bool:
+    """Whether a save with records failed on them (oarlock_record_all's OA001, a held key's
+    unique violation, text a JSON parameter cannot carry), not on the save itself."""
+    import psycopg
+
+    return isinstance(exc, psycopg.errors.UniqueViolation | psycopg.DataError) or (
+        getattr(exc, "sqlstate", None) == "OA001")  # fmt: skip
 
 
 _ascii = json.JSONEncoder(separators=(",", ":")).encode
@@ -198,6 +213,7 @@ class PostgresStore(PostgresQueue):
 
     # a drive's last save gives its lease back in the same statement (save(release=True))
     saves_releasing = True
+    saves_records = True  # its save writes the records of a step's calls (``records=``)
 
     def __init__(
         self,
@@ -292,10 +308,18 @@ class PostgresStore(PostgresQueue):
         lease: Lease | None = None,
         flush: bool = True,
         release: bool = False,
+        records: Sequence[Recorded] = (),
     ) -> int:
         """As :meth:`RunStore.save <oarlock.store.RunStore.save>`; with ``release``, the
         ``lease`` is also given back in the same statement (fenced as the save is, in its
-        commit: a drive's last save, see :func:`oarlock.engine._lease.save_releasing`)."""
+        commit: a drive's last save, see :func:`oarlock.engine._lease.save_releasing`).
+
+        ``records``: the records of the step's calls that ran before they were claimed
+        (:class:`~oarlock.governance.Recorded`), written by the same statement, only if
+        the run is saved. When that statement cannot write them (a key held, text whose
+        entry hash is made in Python), it rolls back whole; then one transaction writes
+        them as ``record`` writes them (a held key refuses the save: ConflictError, code
+        ``claim_held``), and saves the run."""
         run_id = document.id
         if lease is not None and lease.run_id != run_id:
             raise LeaseLost(f"the lease given is on run {lease.run_id}, not on run {run_id}")
@@ -309,17 +333,48 @@ class PostgresStore(PostgresQueue):
             "owner": None if lease is None else lease.owner,
             "lazy": not flush,
             "release": release,
+            "records": None,
+            "results": None,
         }
+        if records:
+            from oarlock.store._postgres_governance import records_params
 
+            try:
+                return await self._save(run_id, expected_version, lease, params | (
+                    records_params(records)))  # fmt: skip
+            except _RecordsApart:
+                return await self._save(run_id, expected_version, lease, params, records)
+        return await self._save(run_id, expected_version, lease, params)
+
+    async def _save(
+        self,
+        run_id: str,
+        expected_version: int,
+        lease: Lease | None,
+        params: dict[str, Any],
+        records: Sequence[Recorded] = (),
+    ) -> int:
+        """The save, one statement; with ``records``, a transaction that writes them
+        first (see :meth:`save`)."""
         async def write(conn: AsyncConnection[Any]) -> int:
-            cur = await conn.execute(_q("save_run"), params)
+            import psycopg
+
+            if records:
+                await self.governance().write_records(conn, records)
+            try:
+                cur = await conn.execute(_q("save_run"), params)
+            except psycopg.DatabaseError as exc:
+                if params["records"] is None or not _apart(exc):
+                    raise
+                raise _RecordsApart(f"run {run_id}: its calls' records are written apart") from None
             if await cur.fetchone() is None:
                 await self._refuse_save(conn, run_id, expected_version, lease, params["document"])
             return expected_version + 1
 
-        doing = f"saving run {run_id}"
+        doing, apart = f"saving run {run_id}", bool(records)
+        sync = not params["lazy"]
         try:  # one statement, which commits itself (synchronous_commit off unless flush)
-            return await self.run(doing, write, transaction=False)
+            return await self.run(doing, write, transaction=apart, sync=sync)
         except StoreError as exc:
             if exc.code != "commit_unknown":
                 raise
@@ -327,7 +382,7 @@ class PostgresStore(PostgresQueue):
         if await self._saved(run_id, expected_version + 1, params["document"]):
             return expected_version + 1
         # not stored: run it again (the version and the fence are checked again)
-        return await self.run(doing, write, transaction=False)
+        return await self.run(doing, write, transaction=apart, sync=sync)
 
     async def _saved(self, run_id: str, version: int, document: bytes) -> bool:
         """Whether the run is stored at ``version`` with exactly ``document``: a save

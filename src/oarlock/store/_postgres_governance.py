@@ -43,6 +43,7 @@ call, reconciliations and checkpoints are synchronous commits; the rest commit w
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import (
@@ -51,7 +52,7 @@ from oarlock.errors import (
     IntegrityError,
     NotFound,
 )
-from oarlock.formats._jcs import canonicalize, loads_jcs
+from oarlock.formats._jcs import canonicalize, forget, loads_jcs, remember
 from oarlock.governance._ledger import (
     DEFAULT_CHAIN,
     GENESIS_HASH,
@@ -66,7 +67,7 @@ from oarlock.governance._records import (
     StoredReceipt,
     check_supersedes,
 )
-from oarlock.governance._store import ClaimHeld, artifact_ref
+from oarlock.governance._store import ClaimHeld, Recorded, artifact_ref, claim_held
 from oarlock.store._postgres_base import SLOW, Slow, pg_queries, run_again
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
     from oarlock.store._postgres import PostgresStore
     from oarlock.store._queue import Lease
 
-__all__ = ["PostgresGovernanceStore", "chain_of"]
+__all__ = ["PostgresGovernanceStore", "chain_of", "records_params"]
 
 _SAFE = frozenset({"read", "sandbox"})
 _APPROVAL_KEYS = frozenset({"approvals_run_id_tool_call_id_key", "approvals_pkey"})
@@ -222,6 +223,44 @@ class _Appender:
             await conn.execute(
                 _q("move_head"), {"chain": self.chain, "seq": seq, "entry_hash": prev}
             )
+
+
+def _record_args(
+    invocation_jcs: bytes,
+    invocation: dict[str, Any],
+    claim: Claim,
+    receipt: dict[str, Any],
+    *,
+    result: bytes | None,
+    at: str,
+) -> dict[str, Any]:
+    """oarlock_record's arguments for a call's one write (but its fence, ``lazy`` and its
+    result's bytes), by name."""
+    return {
+        **_claim_params(claim),
+        "chain": chain_of(invocation.get("scope")),
+        "at": at,
+        "invocation_body": invocation_jcs.decode("utf-8"),
+        "invocation_run": invocation["runId"],
+        "status": receipt["status"],
+        "finished_at": receipt["finishedAt"],
+        "receipt_body": canonicalize(receipt).decode("utf-8"),
+        "ref": None if result is None else artifact_ref(result),
+    }
+
+
+def records_params(records: Sequence[Recorded]) -> dict[str, Any]:
+    """save_run's ``records`` and ``results`` for the records a save carries."""
+    args = []
+    for r in records:
+        remember(r.receipt, r.receipt_jcs)
+        try:
+            jcs = canonicalize(r.invocation)
+            arg = _record_args(jcs, r.invocation, r.claim, r.receipt, result=r.result, at=r.at)
+            args.append(arg)
+        finally:
+            forget(r.receipt)
+    return {"records": json.dumps(args), "results": [r.result for r in records]}
 
 
 def _invocation_row(invocation: dict[str, Any]) -> dict[str, Any]:
@@ -433,17 +472,11 @@ class PostgresGovernanceStore:
         appender.add("invocation", at, invocation, "insert_invocation", _invocation_row(invocation))
         finished = receipt["finishedAt"]
         params = {
-            **_claim_params(claim),
+            **_record_args(
+                appender.entries[0][2], invocation, claim, receipt, result=result, at=at
+            ),
             **_fence_params(fence),
             "lazy": True,
-            "chain": appender.chain,
-            "at": at,
-            "invocation_body": appender.entries[0][2].decode("utf-8"),
-            "invocation_run": invocation["runId"],
-            "status": receipt["status"],
-            "finished_at": finished,
-            "receipt_body": canonicalize(receipt).decode("utf-8"),
-            "ref": None if result is None else artifact_ref(result),
             "data": result,
         }
 
@@ -459,6 +492,20 @@ class PostgresGovernanceStore:
             return None
 
         return await self._runs.run("recording a call", work, sync=False, fast=fast)
+
+    async def write_records(self, conn: AsyncConnection[Any], records: Sequence[Recorded]) -> None:
+        """Write the records a run's save carries (:class:`Recorded`) in its transaction,
+        each as ``record`` writes it apart; a held key raises :func:`claim_held`."""
+        for r in records:
+            taken, held = await self._take(conn, r.claim)
+            if held is not None:
+                raise claim_held(r)
+            if taken:  # else this write's own first try committed (see run_again)
+                appender = _Appender(chain_of(r.invocation.get("scope")))
+                row = _invocation_row(r.invocation)
+                appender.add("invocation", r.at, r.invocation, "insert_invocation", row)
+                finished = r.receipt["finishedAt"]
+                await self._insert_receipt(conn, r.receipt, r.result, finished, appender)
 
     async def _insert_receipt(
         self,

@@ -85,7 +85,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from functools import cache
 from operator import is_
@@ -114,6 +114,7 @@ from oarlock.store._sqlite_rows import (  # the columns' stored forms (the tests
 if TYPE_CHECKING:  # pydantic and the store's dataclasses load on first use, not on import:
     # the read-only CLI commands (read_document, read_events, read_runs) need neither
     from oarlock.formats._models import RunDocument
+    from oarlock.governance._store import Recorded
     from oarlock.store._base import Event, RunSummary, StoredRun
     from oarlock.store._queue import Lease
     from oarlock.store._sqlite_governance import SQLiteGovernanceStore
@@ -366,6 +367,8 @@ class SQLiteStore(SQLiteQueue):
     (0600, in folders made 0700) unless ``create=False``, which raises
     :class:`~oarlock.errors.NotFound` (code ``no_database``) when there is none."""
 
+    saves_records = True  # its save writes the records of a step's calls (``records=``)
+
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
@@ -597,7 +600,11 @@ class SQLiteStore(SQLiteQueue):
         *,
         lease: Lease | None = None,
         flush: bool = True,
+        records: Sequence[Recorded] = (),
     ) -> int:
+        """As :meth:`RunStore.save <oarlock.store.RunStore.save>`; ``records``: the records
+        of the step's calls that ran before they were claimed, written in the save's own
+        transaction (:class:`~oarlock.governance.Recorded`)."""
         run_id, q = document.id, named_queries()
         columns, messages = _columns(document, split=True)
         parts = None if columns["message_rows"] is None else messages  # stored as rows
@@ -620,6 +627,8 @@ class SQLiteStore(SQLiteQueue):
                 params["now"] = time.time()
             if all(conn.execute(query, params).rowcount != 1 for query in queries):
                 self._refuse_save(conn, run_id, expected_version, lease)
+            if records:
+                self.governance().write_records(conn, records)
             num = _write_messages(conn, run_id, parts, stored) if rewrites else None
             conn.executemany(q["append_event"], rows)
             return expected_version + 1, num

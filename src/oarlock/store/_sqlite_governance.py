@@ -10,10 +10,10 @@ processes extend one chain without forks. The idempotency claim is a unique inse
 What is flushed to disk before a method returns: reconciliations, checkpoints and the
 claim of a side-effecting call (it must be durable before the effect starts). A ``read``
 or ``sandbox`` claim, a receipt, a read recorded after it ran (``record``: its claim,
-invocation and receipt), a refused call and an approval are committed atomically
-but flushed by the next flushed commit, which the runner makes before anything is
-acknowledged: the run document that records the decision or hands the result to the
-model. A power cut before
+invocation and receipt; or ``write_records``, in the transaction of its step's save), a
+refused call and an approval are committed atomically but flushed by the next flushed
+commit, which the runner makes before anything is acknowledged: the run document that
+records the decision or hands the result to the model. A power cut before
 that loses the receipt and the run's step together; the resumed run then finds a
 side-effecting call's durable claim without a receipt (Uncertain), or runs a read again.
 A killed process loses nothing: WAL commits survive it.
@@ -43,10 +43,11 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from oarlock.errors import CanonicalizationError, ConflictError, IntegrityError, NotFound
-from oarlock.formats._jcs import canonicalize, loads_jcs
+from oarlock.formats._jcs import canonicalize, forget, loads_jcs, remember
 from oarlock.governance._ledger import (
     DEFAULT_CHAIN,
     GENESIS_HASH,
@@ -61,7 +62,7 @@ from oarlock.governance._records import (
     StoredReceipt,
     check_supersedes,
 )
-from oarlock.governance._store import ClaimHeld, artifact_ref
+from oarlock.governance._store import ClaimHeld, Recorded, artifact_ref, claim_held
 from oarlock.store._packing import Packing
 from oarlock.store._sqlite import _store_error, named_queries
 
@@ -401,11 +402,40 @@ class SQLiteGovernanceStore:
         conn = self._runs.db()
         with self._runs.transaction("recording a call", flush=False):
             self._fenced(conn, fence)
-            if conn.execute(_q("insert_claim"), _claim_params(claim)).rowcount != 1:
+            if not self._record(conn, invocation, claim, receipt, result=result, at=at):
                 return self._held(conn, claim.tenant_id, claim.tool_id, claim.idempotency_key)
-            entry = self._insert_invocation(conn, invocation, at)
-            self._insert_receipt(conn, receipt, result, receipt["finishedAt"], entry)
         return None
+
+    def write_records(self, conn: sqlite3.Connection, records: Sequence[Recorded]) -> None:
+        """Write the records a run's save carries (:class:`Recorded`), inside its
+        transaction; a held key raises :func:`claim_held`, and the save rolls back."""
+        for r in records:
+            remember(r.receipt, r.receipt_jcs)
+            try:
+                if not self._record(
+                    conn, r.invocation, r.claim, r.receipt, result=r.result, at=r.at
+                ):
+                    raise claim_held(r)
+            finally:
+                forget(r.receipt)
+
+    def _record(
+        self,
+        conn: sqlite3.Connection,
+        invocation: dict[str, Any],
+        claim: Claim,
+        receipt: dict[str, Any],
+        *,
+        result: bytes | None,
+        at: str,
+    ) -> bool:
+        """Claim the key, then append the invocation and the receipt; False (nothing
+        written) when the key is held."""
+        if conn.execute(_q("insert_claim"), _claim_params(claim)).rowcount != 1:
+            return False
+        entry = self._insert_invocation(conn, invocation, at)
+        self._insert_receipt(conn, receipt, result, receipt["finishedAt"], entry)
+        return True
 
     async def reconcile(self, reconciliation: Reconciliation) -> None:
         conn = self._runs.db()

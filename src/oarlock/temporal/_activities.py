@@ -263,7 +263,7 @@ class Activities:
             return snapshot(doc, version, limits)
         try:
             async with _heartbeats():
-                events, flush = await runner._step(doc, action, None)
+                events, flush, _ = await runner._step(doc, action, None)  # no calls: no records
         except (StoreError, OSError, MemoryError):
             raise  # the store or the machine: retried
         except Exception as exc:  # anything else would leave the run 'running' forever

@@ -62,7 +62,10 @@ SELECT pg_notify('oarlock_work', c.tenant) FROM created AS c WHERE c.status = 'r
 -- locks the row, before anything is written). %(events)s and %(count)s: as create_run's.
 -- With %(release)s (a lease given), the save also gives the lease back, as release does:
 -- in the same fenced update, so that it releases nothing when the fence or the version
--- does not hold, and in the same commit.
+-- does not hold, and in the same commit. With %(records)s (not NULL), the records of the
+-- step's calls that ran before they were claimed are written too, only when the run was
+-- saved (oarlock_record_all, migration 0005; it raises OA001, rolling the save back, when
+-- one cannot be written so).
 WITH current AS (
     SELECT r.id, r.status AS was, r.tenant,
            CASE WHEN %(lazy)s::boolean THEN set_config('synchronous_commit', 'off', true)
@@ -99,7 +102,10 @@ WITH current AS (
     SELECT s.id, s.base + e.ord, e.v ->> 0, e.v ->> 1, e.v ->> 2
     FROM saved AS s, json_array_elements(%(events)s::json) WITH ORDINALITY AS e (v, ord)
 )
-SELECT s.id, CASE WHEN s.wake THEN pg_notify('oarlock_work', s.tenant) END AS woke
+SELECT s.id, CASE WHEN s.wake THEN pg_notify('oarlock_work', s.tenant) END AS woke,
+       CASE WHEN %(records)s::json IS NOT NULL
+            THEN oarlock_record_all(%(lazy)s::boolean, %(records)s::json, %(results)s::bytea[])
+       END AS recorded
 FROM saved AS s;
 
 -- name: run_state
