@@ -134,6 +134,13 @@ def ratio(peer: dict[str, float] | None, base: dict[str, float] | None) -> str:
     return f"{peer['median'] / base['median']:.2f}×"
 
 
+def _resumes(res: dict[str, Any]) -> str:
+    """The resumes a round of oarlock's script took (RESUMES of bench/peers/_common.py)."""
+    samples = (res["raw"].get("oarlock") or {}).get("resume_s") or []
+    rounds = res["settings"]["rounds"]
+    return str(len(samples) // rounds) if rounds and samples else "the"
+
+
 def markdown(res: dict[str, Any]) -> str:
     m, v, st = res["machine"], res["versions"], res["settings"]
     out = [
@@ -243,6 +250,13 @@ def markdown(res: dict[str, Any]) -> str:
         "- oarlock pause/resume: the timed part constructs a fresh `SQLiteStore` and `Runner` "
         "on the file, then `decide(..., 'approved')` and `resume(...)`; LangGraph's opens a "
         "fresh connection + saver and compiles the agent, then `Command(resume=...)`.",
+        f"- Pause and resume: each framework's process takes {_resumes(res)} resumes a round "
+        "(each "
+        "of a run of its own, after one warm-up), and the row gives the median and the "
+        "min..max of all of them. A full collection of Python's garbage collector falls at "
+        "the same point of each fresh process; with one resume a round it landed in every "
+        "round's sample or in none (a full collection takes 9 ms of CPU with oarlock and "
+        "pydantic imported, 20 to 27 ms in the benchmark's process).",
         "- Cold start is process wall time including interpreter start; `python -c pass` "
         "rows are the floor. oarlock's row also opens the DB and prints a run's timeline; "
         "the peers' rows only import the package. Every package's bytecode is compiled "

@@ -19,6 +19,11 @@ from typing import Any
 TOOL_TURNS = 10  # tool calls per workload run
 MODEL_TURNS = TOOL_TURNS + 1  # per-turn figures divide a whole run by this (11 model turns)
 SHARED_RUNS = 5  # runs already in the database when the shared-store bytes are measured
+# pause-and-resume samples a round takes, each of a run of its own, after one warm-up: a
+# collection of Python's garbage collector (a full one costs 9 ms of CPU with oarlock and
+# pydantic imported) falls at the same point of every fresh process, and with one sample a
+# round it landed in all of them or in none
+RESUMES = 5
 
 
 def quiet() -> Any:
@@ -55,7 +60,7 @@ async def memory_and_resume(
     note: str,
 ) -> dict[str, Any]:
     """The rows of a framework without a run store: per turn in memory, and pause and
-    resume through a JSON file (one warm-up, then one resume a round). A resume that fails
+    resume through a JSON file (one warm-up, then ``RESUMES`` a round). A resume that fails
     is recorded with its error, not hidden."""
     out["memory_per_turn_s"] = await per_turn(args.rounds, args.runs)
     with tempfile.TemporaryDirectory() as tmpname:
@@ -63,7 +68,7 @@ async def memory_and_resume(
         try:
             await resume_once(tmp / "warm.json")
             out["resume_s"] = [
-                await resume_once(tmp / f"state-{i}.json") for i in range(args.rounds)
+                await resume_once(tmp / f"state-{i}.json") for i in range(args.rounds * RESUMES)
             ]
             out["resume_note"] = note
         except Exception as exc:

@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     MODEL_TURNS,
+    RESUMES,
     SHARED_RUNS,
     TOOL_TURNS,
     arguments,
@@ -307,11 +308,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         sconn.close()
         await resume_once_async(tmp / "warm-a.db")
         out["resume_s"] = [
-            await resume_once_async(tmp / f"resume-a-{i}.db") for i in range(args.rounds)
+            await resume_once_async(tmp / f"resume-a-{i}.db")
+            for i in range(args.rounds * RESUMES)
         ]
         resume_once_sync(tmp / "warm-s.db")
         out["resume_sync_s"] = [
-            resume_once_sync(tmp / f"resume-s-{i}.db") for i in range(args.rounds)
+            resume_once_sync(tmp / f"resume-s-{i}.db") for i in range(args.rounds * RESUMES)
         ]
         out["resume_note"] = (
             "fresh AsyncSqliteSaver/SqliteSaver connection + compile + "

@@ -20,6 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     MODEL_TURNS,
+    RESUMES,
     SHARED_RUNS,
     TOOL_TURNS,
     arguments,
@@ -193,7 +194,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 out[f"durable{key}_per_turn_s"] = await per_turn(store, *rr, **kind)
         out["commits_per_run"] = await commits_per_run(tmp / "count.db")
         await resume_once(tmp / "warm.db")
-        out["resume_s"] = [await resume_once(tmp / f"resume-{i}.db") for i in range(args.rounds)]
+        out["resume_s"] = [
+            await resume_once(tmp / f"resume-{i}.db") for i in range(args.rounds * RESUMES)
+        ]
         out["bytes"] = {str(n): await stored_bytes(tmp, n) for n in (TOOL_TURNS, 100)}
         out["commit_s"] = flushed_commits(tmp / "commits.db", args.commits)
         out["unflushed_commit_s"] = flushed_commits(tmp / "normal.db", args.commits, "NORMAL")
