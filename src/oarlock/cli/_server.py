@@ -198,6 +198,9 @@ def _serve(args: argparse.Namespace) -> int:
             # the signal raised again once the server has stopped
             self._captured_signals.clear()
 
+    from oarlock._gc import settle
+
+    settle()  # what start-up made stays out of the full collections
     Server(config).run()
     return EXIT_OK
 

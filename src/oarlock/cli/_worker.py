@@ -89,6 +89,9 @@ async def _work(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
+        from oarlock._gc import settle
+
+        settle()  # what start-up made stays out of the full collections
         try:
             await worker.run()
         finally:
