@@ -12,8 +12,10 @@ calls between the parts. The runs go one after another, so the timers never over
 - governed executor: policy, approval check, the invocation and receipt records, their
   hashes, the idempotency key (the store calls below left out)
 - governance store: a read's one write after it ran (its claim with its invocation, the
-  receipt with its artifact), or the claim and the receipt of any other call, and
-  their ledger entries, as written by the store (JCS bytes, entry hashes, statements)
+  receipt with its artifact), inside its step's save (``write_records``; on PostgreSQL in
+  the save's statement, so in the statements' time below), or the claim and the receipt
+  of any other call, and their ledger entries, as written by the store (JCS bytes, entry
+  hashes, statements)
 - run store: a step's commit (the document's JSON, its events, the statements)
 - SQLite commits: ``COMMIT`` itself, flushed (``synchronous=FULL``) or not (``NORMAL``)
 - PostgreSQL statements: each statement's round trip, as the client waits for it (the
