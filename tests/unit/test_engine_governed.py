@@ -107,6 +107,46 @@ async def test_a_fresh_read_is_recorded_by_its_step_save_through_the_validating_
     assert sorted(i.status for i in items) == ["Succeeded", "Succeeded"]
 
 
+async def test_a_held_key_refuses_the_steps_save_and_the_resumed_run_replays_its_holder(
+) -> None:
+    """A fresh read's key found held when its step is saved (no earlier attempt can hold
+    it, but the store says so): the save is refused whole (claim_held), and the run,
+    resumed from what was stored, claims the call first and replays the holder's receipt."""
+    from helpers import invocation_record
+    from oarlock.errors import ConflictError
+    from oarlock.governance import Claim
+    from oarlock.governance._store import artifact_ref
+
+    store = MemoryStore()
+    key = "run:held-run:call:c1"
+    inv = {**invocation_record(key, tenant="acme"), "toolId": "lookup"}
+    claim = Claim("acme", "lookup", key, inv["invocationId"], inv["argumentsHash"], "h:1:1",
+                  "2026-01-01T00:00:00.000000Z", 0.0)  # fmt: skip
+    receipt: dict[str, Any] = {
+        "invocationId": inv["invocationId"], "status": "Succeeded",
+        "startedAt": "2026-01-01T00:00:00.000000Z", "finishedAt": "2026-01-01T00:00:00.000000Z",
+        "resultRef": artifact_ref(b"the holder's result"), "sanitized": True,
+    }  # fmt: skip
+    receipt["receiptHash"] = digest(receipt)
+    gov = store.governance()
+    assert await gov.record(inv, claim, receipt, result=b"the holder's result",
+                            at=receipt["startedAt"]) is None  # fmt: skip
+    turns = [{"tool_calls": [{"id": "c1", "name": "lookup", "arguments": {"order_id": "o1"}}]},
+             {"text": "done"}]  # fmt: skip
+    agent = Agent("desk", ScriptedModel(turns), tools=[lookup], tenant="acme")
+    with pytest.raises(ConflictError) as refused:
+        await Runner(agent, store).start("look", run_id="held-run")
+    assert refused.value.code == "claim_held"
+    stored = (await store.load("held-run")).document
+    assert stored.status == "running" and len(stored.messages) == 2  # the response, no result
+    assert [r.invocation_id for r in await gov.receipts()] == [inv["invocationId"]]
+    doc = await Runner(agent, store).resume("held-run")
+    assert doc.status == "completed"
+    [result] = [p for m in doc.messages for p in m.content if p.type == "tool_result"]
+    assert unfence(result.content) == "the holder's result"
+    assert [r.invocation_id for r in await gov.receipts()] == [inv["invocationId"]]
+
+
 async def test_an_edit_is_what_the_approval_covers() -> None:
     r, store = runner()
     doc = await r.start("refund")
