@@ -409,10 +409,7 @@ class MemoryGovernanceStore:
                 return self._held(held)
             if receipt["invocationId"] in self._receipts:
                 raise ConflictError("the invocation has a receipt already", code="receipt_exists")
-            self._claims[key] = claim
-            self._invocations[invocation["invocationId"]] = invocation
-            self._append("invocation", at, invocation)
-            self._finish(receipt, result, receipt["finishedAt"])
+            self._put(invocation, claim, receipt, result, at)
             return None
 
     def write_records(self, records: Sequence[Recorded]) -> None:
@@ -426,15 +423,26 @@ class MemoryGovernanceStore:
                 raise claim_held(r)
             keys.add(key)
         for r in records:
-            claim = r.claim
-            self._claims[(claim.tenant_id, claim.tool_id, claim.idempotency_key)] = claim
-            self._invocations[r.invocation["invocationId"]] = r.invocation
-            self._append("invocation", r.at, r.invocation)
             remember(r.receipt, r.receipt_jcs)
             try:
-                self._finish(r.receipt, r.result, r.receipt["finishedAt"])
+                self._put(r.invocation, r.claim, r.receipt, r.result, r.at)
             finally:
                 forget(r.receipt)
+
+    def _put(
+        self,
+        invocation: dict[str, Any],
+        claim: Claim,
+        receipt: dict[str, Any],
+        result: bytes | None,
+        at: str,
+    ) -> None:
+        """Store a call's claim, invocation and receipt (checked free and new); the caller
+        holds the lock."""
+        self._claims[(claim.tenant_id, claim.tool_id, claim.idempotency_key)] = claim
+        self._invocations[invocation["invocationId"]] = invocation
+        self._append("invocation", at, invocation)
+        self._finish(receipt, result, receipt["finishedAt"])
 
     async def claim_of(self, tenant_id: str, tool_id: str, key: str) -> ClaimHeld | None:
         with self._lock:

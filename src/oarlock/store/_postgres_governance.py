@@ -267,6 +267,13 @@ def _invocation_row(invocation: dict[str, Any]) -> dict[str, Any]:
     return {"invocation_id": invocation["invocationId"], "run_id": invocation["runId"]}
 
 
+def _invocation_appender(invocation: dict[str, Any], at: str) -> _Appender:
+    """The entries of a write that stores ``invocation`` (at ``at``) first, on its chain."""
+    appender = _Appender(chain_of(invocation.get("scope")))
+    appender.add("invocation", at, invocation, "insert_invocation", _invocation_row(invocation))
+    return appender
+
+
 class PostgresGovernanceStore:
     """A :class:`~oarlock.governance.GovernanceStore` beside a :class:`PostgresStore`'s
     runs, sharing its pool."""
@@ -410,8 +417,7 @@ class PostgresGovernanceStore:
         *,
         fence: Lease | None = None,
     ) -> bool:
-        appender = _Appender(chain_of(invocation.get("scope")))
-        appender.add("invocation", at, invocation, "insert_invocation", _invocation_row(invocation))
+        appender = _invocation_appender(invocation, at)
         params = _claim_params(claim) | {
             "stale_invocation_id": stale.invocation_id,
             "stale_owner": stale.owner,
@@ -468,8 +474,7 @@ class PostgresGovernanceStore:
         at: str,
         fence: Lease | None = None,
     ) -> ClaimHeld | None:
-        appender = _Appender(chain_of(invocation.get("scope")))
-        appender.add("invocation", at, invocation, "insert_invocation", _invocation_row(invocation))
+        appender = _invocation_appender(invocation, at)
         finished = receipt["finishedAt"]
         params = {
             **_record_args(
@@ -501,9 +506,7 @@ class PostgresGovernanceStore:
             if held is not None:
                 raise claim_held(r)
             if taken:  # else this write's own first try committed (see run_again)
-                appender = _Appender(chain_of(r.invocation.get("scope")))
-                row = _invocation_row(r.invocation)
-                appender.add("invocation", r.at, r.invocation, "insert_invocation", row)
+                appender = _invocation_appender(r.invocation, r.at)
                 finished = r.receipt["finishedAt"]
                 await self._insert_receipt(conn, r.receipt, r.result, finished, appender)
 
@@ -564,10 +567,7 @@ class PostgresGovernanceStore:
     ) -> None:
         async def work(conn: AsyncConnection[Any]) -> None:
             await _check_fence(conn, fence)
-            appender = _Appender(chain_of(invocation.get("scope")))
-            appender.add(
-                "invocation", at, invocation, "insert_invocation", _invocation_row(invocation)
-            )
+            appender = _invocation_appender(invocation, at)
             await self._insert_receipt(conn, receipt, None, at, appender)
 
         await self._runs.run("recording a refused call", work, sync=False)
