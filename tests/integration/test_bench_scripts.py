@@ -50,6 +50,19 @@ def test_the_governance_benchmark_measures_every_case(tmp_path: Path) -> None:
     assert all(case["median_ms"] >= 0 for case in result.values())
 
 
+def test_the_resume_benchmark_times_an_opened_store_beside_a_kept_one(tmp_path: Path) -> None:
+    result = run(
+        BENCH / "bench_resume.py", "--runs", "2", "--folder", str(tmp_path), cwd=tmp_path
+    )
+    assert result["settings"]["runs"] == 2
+    for case in ("opened", "kept"):
+        parts = result[case]
+        assert parts["decide_ms"] > 0 and parts["resume_ms"] > 0
+        assert parts["total_ms"] >= parts["decide_ms"] + parts["resume_ms"]
+    assert result["opened"]["open_ms"] > result["kept"]["open_ms"]  # kept: nothing opened
+    assert list(tmp_path.iterdir()) == [tmp_path / "out.json"]  # its folder removed
+
+
 def test_the_sandbox_benchmark_measures_every_case(tmp_path: Path) -> None:
     result = run(BENCH / "bench_sandbox.py", "--calls", "1", "--rounds", "1", cwd=tmp_path)
     assert set(result) == {
