@@ -10,12 +10,17 @@
    chain's head row) or of 4 tenants (4 chains). Two records: a standing approval
    (``record_approval``, committed with ``synchronous_commit = off``) and the claim of a
    ``spend`` call (``begin``: a synchronous commit, flushed while the head is locked).
+3. The driver's own cost of a statement: ``SELECT 1`` sent ``--driver`` times through libpq
+   alone (psycopg's ``pq`` layer, blocking), through psycopg's ``Connection.execute`` and
+   through its ``AsyncConnection.execute`` (the store's way, each wait a reader on the
+   event loop): the round trip's wall time and the process's CPU time, which no work of
+   oarlock's is in. A turn sends two statements.
 
 The server is ``$OARLOCK_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``);
 the benchmark makes a database of its own there and drops it. This machine has 2 cores,
 shared by the server, the writers and everything else.
 
-Run: ``python bench/bench_postgres.py [--rounds N] [--records N] [--json OUT]``.
+Run: ``python bench/bench_postgres.py [--rounds N] [--records N] [--driver N] [--json OUT]``.
 """
 
 from __future__ import annotations
@@ -134,6 +139,41 @@ def pg_commit_ms(url: str, sync: bool, n: int = 300) -> float:
                     (i,),
                 )
         return (time.perf_counter() - t0) / n * 1000
+
+
+def _libpq_select(conn: psycopg.Connection[Any]) -> None:
+    pg = conn.pgconn
+    pg.send_query(b"SELECT 1")
+    while pg.get_result() is not None:  # blocks until the server answers
+        pass
+
+
+async def driver_floor(url: str, n: int) -> dict[str, dict[str, float]]:
+    """``SELECT 1``'s round trip through each layer: medians of the wall time and the mean
+    of the process's CPU time, in microseconds, after a tenth of ``n`` as warm-up."""
+
+    def timed(samples: list[tuple[float, float]]) -> dict[str, float]:
+        kept = samples[n // 10 :]
+        return {"wall_us": statistics.median(w for w, _ in kept) * 1e6,
+                "cpu_us": statistics.fmean(c for _, c in kept) * 1e6}  # fmt: skip
+
+    def one(call: Any) -> tuple[float, float]:
+        c0, t0 = time.process_time(), time.perf_counter()
+        call()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    out: dict[str, dict[str, float]] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        out["libpq"] = timed([one(lambda: _libpq_select(conn)) for _ in range(n)])
+        out["psycopg"] = timed([one(lambda: conn.execute("SELECT 1")) for _ in range(n)])
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+        samples = []
+        for _ in range(n):
+            c0, t0 = time.process_time(), time.perf_counter()
+            await aconn.execute("SELECT 1")
+            samples.append((time.perf_counter() - t0, time.process_time() - c0))
+        out["psycopg_async"] = timed(samples)
+    return out
 
 
 async def statements_per_run(store: PostgresStore) -> int:
@@ -269,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10, help="runs per round")
     ap.add_argument("--records", type=int, default=150, help="records per writer task")
+    ap.add_argument("--driver", type=int, default=2000, help="statements per driver case")
     ap.add_argument("--json", metavar="OUT")
     args = ap.parse_args(argv)
     name = f"oarlock_bench_{os.getpid()}"
@@ -278,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             turns = asyncio.run(per_turn(url, Path(tmp), args.rounds, args.runs))
+        driver = asyncio.run(driver_floor(url, args.driver))
         ledger = {
             f"{kind}_{n}_tenants": round(throughput(url, kind, n, args.records))
             for kind in ("approval", "spend_claim")
@@ -296,11 +338,15 @@ def main(argv: list[str] | None = None) -> int:
               f" {commits:>24} {lat:>20} {r.get('floor_ms', 0):>9.3f}")  # fmt: skip
     if "statements_per_turn" in turns["postgres"]:
         print(f"postgres statements per turn: {turns['postgres']['statements_per_turn']}")
+    print(f"\nSELECT 1, {args.driver} times: round trip (median) and the process's CPU (mean)")
+    for layer, r in driver.items():
+        print(f"  {layer:14} wall {r['wall_us']:7.0f} us  cpu {r['cpu_us']:7.0f} us")
     print(f"\nledger appends per second ({PROCESSES} processes x {TASKS} tasks, 2 cores)")
     for key, value in ledger.items():
         print(f"  {key:28} {value:>8}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"per_turn": turns, "ledger": ledger}, indent=2))
+        out = {"per_turn": turns, "ledger": ledger, "driver": driver}
+        Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
 
 

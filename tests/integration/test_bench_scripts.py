@@ -63,6 +63,24 @@ def test_the_resume_benchmark_times_an_opened_store_beside_a_kept_one(tmp_path: 
     assert list(tmp_path.iterdir()) == [tmp_path / "out.json"]  # its folder removed
 
 
+def test_the_postgres_benchmark_times_a_statement_through_each_layer_of_the_driver() -> None:
+    import asyncio
+    import importlib
+
+    import pgtest
+
+    saved = list(sys.path)
+    sys.path.insert(0, str(BENCH))
+    try:
+        bench_postgres = importlib.import_module("bench_postgres")
+    finally:
+        sys.path[:] = saved  # the script puts its folder on the path too
+    result = asyncio.run(bench_postgres.driver_floor(pgtest.SERVER, 20))
+    assert set(result) == {"libpq", "psycopg", "psycopg_async"}
+    for layer in result.values():
+        assert layer["wall_us"] > 0 and layer["cpu_us"] > 0
+
+
 def test_the_sandbox_benchmark_measures_every_case(tmp_path: Path) -> None:
     result = run(BENCH / "bench_sandbox.py", "--calls", "1", "--rounds", "1", cwd=tmp_path)
     assert set(result) == {
