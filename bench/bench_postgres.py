@@ -157,22 +157,21 @@ async def driver_floor(url: str, n: int) -> dict[str, dict[str, float]]:
         return {"wall_us": statistics.median(w for w, _ in kept) * 1e6,
                 "cpu_us": statistics.fmean(c for _, c in kept) * 1e6}  # fmt: skip
 
-    def one(call: Any) -> tuple[float, float]:
+    async def one(call: Any) -> tuple[float, float]:
         c0, t0 = time.process_time(), time.perf_counter()
-        call()
+        done = call()
+        if asyncio.iscoroutine(done):
+            await done
         return time.perf_counter() - t0, time.process_time() - c0
 
     out: dict[str, dict[str, float]] = {}
     with psycopg.connect(url, autocommit=True) as conn:
-        out["libpq"] = timed([one(lambda: _libpq_select(conn)) for _ in range(n)])
-        out["psycopg"] = timed([one(lambda: conn.execute("SELECT 1")) for _ in range(n)])
+        out["libpq"] = timed([await one(lambda: _libpq_select(conn)) for _ in range(n)])
+        out["psycopg"] = timed([await one(lambda: conn.execute("SELECT 1")) for _ in range(n)])
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
-        samples = []
-        for _ in range(n):
-            c0, t0 = time.process_time(), time.perf_counter()
-            await aconn.execute("SELECT 1")
-            samples.append((time.perf_counter() - t0, time.process_time() - c0))
-        out["psycopg_async"] = timed(samples)
+        out["psycopg_async"] = timed(
+            [await one(lambda: aconn.execute("SELECT 1")) for _ in range(n)]
+        )
     return out
 
 
