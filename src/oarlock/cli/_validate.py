@@ -74,6 +74,8 @@ def run_validate(args: argparse.Namespace) -> int:
     if not files:
         return _fail("no *.json documents found under " + ", ".join(args.paths), EXIT_INVALID)
     reports = [(name, _check(name, args.kind, args.schema_only)) for name in files]
+    if not args.schema_only:
+        _cross_check(reports)
     valid = all(r.valid for _, r in reports)
     if args.json:
         out = {"valid": valid, "files": [{"path": n, **r.to_json()} for n, r in reports]}
@@ -84,6 +86,39 @@ def run_validate(args: argparse.Namespace) -> int:
         bad = sum(1 for _, r in reports if not r.valid)
         print(f"{len(reports) - bad} valid, {bad} invalid")
     return EXIT_OK if valid else EXIT_INVALID
+
+
+def _cross_check(reports: list[tuple[str, Report]]) -> None:
+    """Rules across the files checked together: the receipt of a ``sandbox``-class
+    invocation given beside it must record the sandbox that invocation planned (S1)."""
+    import json
+
+    from oarlock.formats._rules import sandbox_problem
+
+    def parsed(name: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(_read(name))
+        except (ConfigError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    invocations: dict[str, dict[str, Any]] = {}
+    receipts: list[tuple[Report, dict[str, Any]]] = []
+    for name, report in reports:
+        if not report.valid or report.kind not in ("invocation", "receipt") or name == "-":
+            continue
+        doc = parsed(name)
+        if doc is None:
+            continue
+        if report.kind == "invocation":
+            invocations[doc["invocationId"]] = doc
+        else:
+            receipts.append((report, doc))
+    for report, receipt in receipts:
+        invocation = invocations.get(receipt["invocationId"])
+        problem = None if invocation is None else sandbox_problem(invocation, receipt)
+        if problem is not None:
+            report.errors.append(Problem("/usage/sandbox", "S1", problem))
 
 
 def _print_report(name: str, report: Report) -> None:

@@ -233,6 +233,47 @@ def _c3(doc: Doc) -> Iterator[Problem]:
         yield _p("C3", ["error"], f"status {doc['status']} requires 'error'")
 
 
+_NOT_STARTED = frozenset({"sandbox_unavailable", "sandbox_failed", "spawn_failed", "cancelled"})
+_ISOLATIONS = frozenset({"bubblewrap", "unshare", "workspace"})
+
+
+def sandbox_problem(invocation: Doc, receipt: Doc) -> str | None:
+    """What is wrong between a ``sandbox``-class invocation and its receipt, or None.
+
+    A call that ran (Succeeded, Failed, TimedOut) ran in the sandbox its invocation records:
+    the receipt's ``usage.sandbox`` names an isolation (``bubblewrap``, ``unshare``, or
+    ``workspace`` for oarlock's own confined file operations) and, where the invocation
+    names them, the same isolation, egress profile and workspace. A receipt with no
+    ``usage.sandbox`` (or one without an isolation) stands only for a call whose program
+    never started: Failed, with the code saying so. Denied and Uncertain receipts say
+    nothing of a sandbox."""
+    if invocation.get("sideEffectClass") != "sandbox":
+        return None
+    status = receipt.get("status")
+    if status not in ("Succeeded", "Failed", "TimedOut"):
+        return None
+    usage = receipt.get("usage")
+    box = usage.get("sandbox") if isinstance(usage, dict) else None
+    error = receipt.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    if not isinstance(box, dict) or "isolation" not in box:
+        if status == "Failed" and (isinstance(box, dict) or code in _NOT_STARTED):
+            return None  # its program never started
+        return f"a sandbox-class call ended {status} with no sandbox on its receipt"
+    planned = invocation.get("sandbox")
+    if not isinstance(planned, dict):
+        return "the invocation of a sandbox-class call that ran records no sandbox"
+    if box["isolation"] not in _ISOLATIONS:
+        return f"the call ran under isolation {box['isolation']!r}, which isolates nothing"
+    for key in ("isolation", "egressProfile", "workspaceId"):
+        if key in planned and box.get(key) != planned[key]:
+            return (
+                f"the receipt's sandbox {key} {box.get(key)!r} is not the invocation's "
+                f"{planned[key]!r}"
+            )
+    return None
+
+
 _RULES: dict[Kind, tuple[Callable[[Doc], Iterator[Problem]], ...]] = {
     "run": (_r1_r2_r3, _r4, _r5_r10, _r6, _r7, _r8, _r9),
     "invocation": (_i1, _i2),

@@ -314,6 +314,14 @@ class GovernedExecutor:
                 c.unclaimed = True
                 return await self._run(c)
             return await self._begin(c, None, None)
+        unsandboxed: _Refused | None = None
+        if tool.side_effect == "sandbox":  # planned first: every path below runs under it
+            try:
+                c.sandbox = plan_sandbox(self.sandbox, tool, verdict, c.invocation["runId"])
+            except SandboxRefused as exc:
+                unsandboxed = _Refused(exc.code, exc.message)
+            else:
+                c.invocation["sandbox"] = c.sandbox.invocation_member()
         held = await self.store.claim_of(ctx.tenant, tool.name, c.invocation["idempotencyKey"])
         if held is not None:
             return await self._held(c, held)
@@ -336,12 +344,8 @@ class GovernedExecutor:
             c.invocation["approvalId"] = grant.approval_id
         elif approval_id is not None:
             c.invocation["approvalId"] = approval_id
-        if tool.side_effect == "sandbox":  # planned (or refused) before anything is claimed
-            try:
-                c.sandbox = plan_sandbox(self.sandbox, tool, verdict, c.invocation["runId"])
-            except SandboxRefused as exc:
-                return await self._deny(c, _Refused(exc.code, exc.message))
-            c.invocation["sandbox"] = c.sandbox.invocation_member()
+        if unsandboxed is not None:  # refused before anything is claimed
+            return await self._deny(c, unsandboxed)
         return await self._begin(c, approval_id, grant)
 
     async def _begin(
@@ -535,7 +539,11 @@ class GovernedExecutor:
         fence = c.ctx.fence
         if c.tool.side_effect in _SAFE:
             attempt = {**prior, "invocationId": new_uuid(), "attemptId": new_uuid()}
+            attempt.pop("sandbox", None)  # the plan this attempt runs under, not the prior's
+            if c.sandbox is not None:
+                attempt["sandbox"] = c.sandbox.invocation_member()
             retry = _Call(c.tool, c.call, c.ctx, c.arguments, attempt, c.now, c.bytes_in)
+            retry.sandbox = c.sandbox
             if await self.store.take_over(claim, self._claim(retry), attempt, c.now, fence=fence):
                 return await self._run(retry)
         else:
@@ -608,7 +616,14 @@ class GovernedExecutor:
         from oarlock.sandbox._runner import SandboxUnavailable
 
         plan = c.sandbox
-        assert plan is not None
+        if plan is None:  # no path runs a sandbox-class call any other way
+            out.status = "Failed"
+            out.error = (
+                "sandbox_unavailable",
+                f"tool {c.tool.name!r} is of the sandbox class and no sandbox was planned for "
+                "this call; it was not run",
+            )
+            return await self._close(c, out)
         try:
             done = await call_sandboxed(
                 self.sandbox,
@@ -621,6 +636,14 @@ class GovernedExecutor:
         except SandboxUnavailable as exc:  # isolation lost since the plan: it never ran
             out.status, out.error = "Failed", (exc.code, exc.message)
             return await self._close(c, out)
+        except asyncio.CancelledError:  # the runner killed the sandbox before it let this go
+            out.status, out.error = "Failed", ("cancelled", "the call was cancelled while it ran")
+            await asyncio.shield(self._close(c, out))
+            raise
+        except Exception as exc:  # the sandbox's own failure: a result, never a crash
+            code = exc.code if isinstance(exc, OarlockError) else "sandbox_failed"
+            out.status, out.error = "Failed", (code, f"{type(exc).__name__}: {exc}")
+            return await self._close(c, out)
         out.status, out.text, out.error = done.status, done.text, done.error
         out.sandbox = done.usage()
         return await self._close(c, out)
@@ -628,7 +651,7 @@ class GovernedExecutor:
     async def _run(self, c: _Call) -> ToolResultPart:
         tool = c.tool
         out = _Outcome(self.clock(), time.perf_counter())
-        if c.sandbox is not None:
+        if tool.side_effect == "sandbox" or c.sandbox is not None:
             return await self._run_sandboxed(c, out)
         side_effecting = tool.side_effect not in _SAFE
         try:

@@ -74,9 +74,12 @@ Verification
 in this order, that its fields have the right types (``malformed``), that its ``seq`` is
 the next number (``seq_gap``), that its ``entryHash`` is the digest of its content
 (``hash_mismatch``), that its ``prevHash`` is the previous entry's hash (``chain_broken``)
-and that its kind is known (``unknown_kind``). A problem does not end the walk: it is
-reported, and the walk goes on from the entry as stored (the next entry is expected to
-follow its ``seq`` and to link to its stored ``entryHash``), so that every bad entry is
+and that its kind is known (``unknown_kind``); and, for the receipt of a
+``sandbox``-class call, that the sandbox it ran in is the one its invocation records
+(``sandbox_mismatch``: an isolation, egress profile or workspace other than planned, or a
+call that ran with none; see :func:`oarlock.formats._rules.sandbox_problem`). A problem
+does not end the walk: it is reported, and the walk goes on from the entry as stored (the
+next entry is expected to follow its ``seq`` and to link to its stored ``entryHash``), so that every bad entry is
 reported once and a bad entry never hides the state of the entries after it. Along the
 way it compares the ledger with each checkpoint: a checkpoint whose entry has another hash
 (``checkpoint_mismatch``) means the history up to that entry was rewritten; when the walk
@@ -116,6 +119,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from oarlock.errors import CanonicalizationError, ConfigError, IntegrityError, UsageError
 from oarlock.formats._jcs import canonicalize, digest, digest_bytes
+from oarlock.formats._rules import sandbox_problem
 from oarlock.formats._time import is_rfc3339
 
 __all__ = [
@@ -508,7 +512,8 @@ class LedgerProblem:
     truncated tail or a checkpoint that is not one.
     ``code`` is one of ``malformed``, ``seq_gap``, ``hash_mismatch``, ``chain_broken``,
     ``unknown_kind``, ``checkpoint_mismatch``, ``truncated``, ``unknown_key``,
-    ``bad_signature``.
+    ``bad_signature``, ``sandbox_mismatch`` (a sandbox-class call's receipt whose sandbox
+    is not the one its invocation records, or none).
     """
 
     seq: int | None
@@ -666,6 +671,32 @@ def _checkpoint_shape_problem(cp: object) -> LedgerProblem | None:
     return None
 
 
+def _sandbox_entry_problem(
+    entry: object, sandboxed: dict[str, dict[str, Any]]
+) -> LedgerProblem | None:
+    """A receipt whose sandbox is not its invocation's (``sandbox_mismatch``): the
+    invocations of ``sandbox``-class calls are remembered as they are read."""
+    if not isinstance(entry, LedgerEntry) or not isinstance(entry.body, dict):
+        return None
+    body = entry.body
+    if entry.kind == "invocation" and body.get("sideEffectClass") == "sandbox":
+        invocation_id = body.get("invocationId")
+        if isinstance(invocation_id, str):
+            sandboxed[invocation_id] = body
+        return None
+    if entry.kind != "receipt":
+        return None
+    key = body.get("invocationId")
+    invocation = sandboxed.get(key) if isinstance(key, str) else None
+    if invocation is None:
+        return None
+    problem = sandbox_problem(invocation, body)
+    if problem is None:
+        return None
+    text = f"{_describe(entry)}: invocation {body.get('invocationId')}: {problem}"
+    return LedgerProblem(entry.seq, "sandbox_mismatch", text)
+
+
 def verify_chain(
     entries: Iterable[LedgerEntry],
     checkpoints: Iterable[Checkpoint] = (),
@@ -692,7 +723,11 @@ def verify_chain(
             pending.setdefault(cp.seq, []).append(cp)
 
     expected, prev, checked, good, last = 1, GENESIS_HASH, 0, 0, 0
+    sandboxed: dict[str, dict[str, Any]] = {}  # sandbox-class invocations by id
     for entry in entries:
+        crossed = _sandbox_entry_problem(entry, sandboxed)
+        if crossed is not None:
+            found.append((0, crossed))
         problem = _entry_problem(entry, expected, prev)
         if problem is not None:
             found.append((0, problem))

@@ -32,11 +32,18 @@ class SandboxRefused(ToolError):
 class SandboxPlan:
     workspace_id: str
     egress: str
-    isolation: str  # what the runner will apply
+    isolation: str  # what the runner will apply (``workspace``: oarlock's own confined
+    # file operation, no program started)
 
     def invocation_member(self) -> dict[str, Any]:
-        """The invocation's ``sandbox`` member."""
-        return {"workspaceId": self.workspace_id, "egressProfile": self.egress}
+        """The invocation's ``sandbox`` member: the workspace, the egress profile and the
+        isolation the call is to run under, which its receipt's ``usage.sandbox`` must
+        match (:func:`oarlock.formats.sandbox_problem`)."""
+        return {
+            "workspaceId": self.workspace_id,
+            "egressProfile": self.egress,
+            "isolation": self.isolation,
+        }
 
 
 def plan_sandbox(
@@ -59,4 +66,6 @@ def plan_sandbox(
         check_runnable(tool)
     except SandboxUnavailable as exc:
         raise SandboxRefused(exc.message, code="sandbox_unavailable") from None
+    if tool.sandbox is not None and tool.sandbox.host is not None:
+        isolation = "workspace"  # oarlock's own confined file operation: no program starts
     return SandboxPlan(workspace_id, egress, isolation)

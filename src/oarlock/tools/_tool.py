@@ -245,7 +245,14 @@ class Tool:
     async def call(self, arguments: dict[str, Any], context: RunContext[Any] | None = None) -> Any:
         """Run the tool on validated arguments (a sync tool in a worker thread, or on the
         loop once it has shown itself quick: see :mod:`oarlock.tools._sync`); a tool that
-        asks for the run's context gets ``context``."""
+        asks for the run's context gets ``context``. A ``sandbox``-class tool never runs
+        here, in the host's process: the governed executor hands it to the sandbox."""
+        if self.side_effect == "sandbox":
+            raise ToolError(
+                f"tool {self.name!r} is of the sandbox class: it runs only in the sandbox, "
+                "through the governed executor",
+                code="sandbox_only",
+            )
         if self.context_param is not None:
             if context is None:
                 raise ToolError(
