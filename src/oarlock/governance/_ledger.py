@@ -74,20 +74,21 @@ Verification
 in this order, that its fields have the right types (``malformed``), that its ``seq`` is
 the next number (``seq_gap``), that its ``entryHash`` is the digest of its content
 (``hash_mismatch``), that its ``prevHash`` is the previous entry's hash (``chain_broken``)
-and that its kind is known (``unknown_kind``); and, for the receipt of a
-``sandbox``-class call, that the sandbox it ran in is the one its invocation records
-(``sandbox_mismatch``: an isolation, egress profile or workspace other than planned, or a
-call that ran with none; see :func:`oarlock.formats._rules.sandbox_problem`). A problem
-does not end the walk: it is reported, and the walk goes on from the entry as stored (the
-next entry is expected to follow its ``seq`` and to link to its stored ``entryHash``), so that every bad entry is
-reported once and a bad entry never hides the state of the entries after it. Along the
-way it compares the ledger with each checkpoint: a checkpoint whose entry has another hash
-(``checkpoint_mismatch``) means the history up to that entry was rewritten; when the walk
-reaches the end, a checkpoint naming an entry after the last one (``truncated``) means
-entries were removed from the end. When trusted public keys are given, every checkpoint's
-signature is checked first (``unknown_key``, ``bad_signature``), and a checkpoint that
-fails is not used for the comparison. Without a checkpoint, a removed tail and a rewrite
-that recomputed every later hash cannot be told from an honest ledger.
+and that its kind is known (``unknown_kind``); and, for the receipt of a ``sandbox``-class
+call, that the sandbox it ran in is the one its invocation records (``sandbox_mismatch``:
+an isolation, egress profile or workspace other than planned, or a call that ran with
+none; see :func:`oarlock.formats._rules.sandbox_problem`). A problem does not end the
+walk: it is reported, and the walk goes on from the entry as stored (the next entry is
+expected to follow its ``seq`` and to link to its stored ``entryHash``), so that every bad
+entry is reported once and a bad entry never hides the state of the entries after it.
+Along the way it compares the ledger with each checkpoint: a checkpoint whose entry has
+another hash (``checkpoint_mismatch``) means the history up to that entry was rewritten;
+when the walk reaches the end, a checkpoint naming an entry after the last one
+(``truncated``) means entries were removed from the end. When trusted public keys are
+given, every checkpoint's signature is checked first (``unknown_key``, ``bad_signature``),
+and a checkpoint that fails is not used for the comparison. Without a checkpoint, a
+removed tail and a rewrite that recomputed every later hash cannot be told from an honest
+ledger.
 
 Problems are listed earliest first. A problem's ``seq`` is the position at which the
 ledger went wrong: the seq the entry there should have (for a missing entry, the missing
