@@ -294,6 +294,9 @@ class ValidatingGovernanceStore:
     async def ledger(self, chain: str | None = None) -> list[LedgerEntry]:
         return await self.inner.ledger(chain)
 
+    async def approval_ledger(self, run_id: str, tool_call_id: str) -> list[LedgerEntry]:
+        return await self.inner.approval_ledger(run_id, tool_call_id)
+
     async def chains(self) -> list[str]:
         return await self.inner.chains()
 

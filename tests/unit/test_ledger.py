@@ -92,6 +92,8 @@ def realistic_body(kind: str, n: int) -> dict[str, Any]:
             "invocations/refund-spend.json" if n % 2 else "invocations/lookup-read.json"
         )
         body["stepNumber"] = n
+        if "approvalId" in body:  # an approval covers one call, once
+            body["approvalId"] = f"7a1b2c3d-4e5f-4a6b-8c7d-{n:012d}"
         return body
     if kind == "receipt":
         names = ("refund-succeeded", "lookup-denied", "refund-uncertain")

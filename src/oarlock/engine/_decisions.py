@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
 from oarlock.engine import _core as core
+from oarlock.engine._settled import record_settled_calls
 from oarlock.errors import ConflictError, DecisionRefused
 from oarlock.formats._time import shift_rfc3339
 from oarlock.governance._approvers import ApproverKey, process_approver
@@ -60,7 +61,9 @@ class Decisions:
 
     async def expire_approvals(self, run_id: str) -> RunDocument:
         """Deny (by policy, reason: expired) the run's approvals past their deadline."""
-        return await self._update(run_id, lambda d: core.expire_approvals(d, self.clock()))
+        doc = await self._update(run_id, lambda d: core.expire_approvals(d, self.clock()))
+        await record_settled_calls(self.agent, self.executor, doc, self._ctx(doc))
+        return doc
 
     async def decide(
         self,
@@ -178,7 +181,10 @@ class Decisions:
             )
 
         who = principal or (self.approver.principal if self.approver is not None else None)
-        return await self._update(run_id, apply, loaded=stored)
+        doc = await self._update(run_id, apply, loaded=stored)
+        if decision != "approved":  # settled without running: on the ledger too
+            await record_settled_calls(self.agent, self.executor, doc, self._ctx(doc))
+        return doc
 
     async def _keep_approval(
         self,

@@ -33,6 +33,7 @@ from oarlock.engine._execute import (
 from oarlock.engine._lease import Hold, drive_held, save_releasing
 from oarlock.engine._observe import CallWatch, ChatWatch, DriveWatch, RunObserver
 from oarlock.engine._output import OutputJudge
+from oarlock.engine._settled import record_settled_calls
 from oarlock.engine._stream import (
     StreamEvent,
     Streams,
@@ -349,9 +350,12 @@ class Runner(Conversations, Decisions):
         )
 
     async def cancel(self, run_id: str, reason: str | None = None) -> RunDocument:
-        return await cancel_run(
+        doc = await cancel_run(
             self.store, run_id, reason, clock=self.clock, on_commit=self._told
         )
+        # the calls it left waiting for a decision: on the ledger as cancelled
+        await record_settled_calls(self.agent, self.executor, doc, self._ctx(doc))
+        return doc
 
     # -- internals --------------------------------------------------------------------
     def _ctx(self, doc: RunDocument, fence: Lease | None = None, fresh: bool = False
@@ -555,6 +559,9 @@ class Runner(Conversations, Decisions):
         try:
             if expired := core.expire_approvals(doc, self.clock()):
                 version = await self._commit(doc, version, expired, fence, hold=hold)
+            # the latest turn's calls settled without running, on the ledger (again after
+            # a crash between a decision's commit and its record: stored once)
+            await record_settled_calls(self.agent, self.executor, doc, self._ctx(doc, fence))
             answered = False  # the last step received a model response
             while True:
                 action = core.next_action(doc, self.agent.limits)

@@ -75,6 +75,7 @@ from oarlock.governance._calls import (
     _Refused,
     _stale,
 )
+from oarlock.governance._ledger import approval_ledger_problem
 from oarlock.governance._owner import process_owner
 from oarlock.governance._policy import (
     DEFAULT_POLICY,
@@ -258,6 +259,26 @@ class GovernedExecutor:
         approval = signer.sign(approval)
         await self.store.record_approval(approval)
         return approval
+
+    async def record_settled(
+        self,
+        tool: Tool,
+        call: ToolCallPart,
+        arguments: dict[str, Any],
+        ctx: CallContext,
+        *,
+        code: str,
+        message: str,
+        requested_at: str,
+    ) -> bool:
+        """Put on the ledger a call settled without running (see
+        :func:`oarlock.governance._settle.record_settled`); whether this call stored it."""
+        from oarlock.governance._settle import record_settled
+
+        return await record_settled(
+            self, tool, call, arguments, ctx, code=code, message=message,
+            requested_at=requested_at,
+        )  # fmt: skip
 
     def _evaluate(self, tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> PolicyVerdict:
         """The policy's verdict; any error in the policy or the tool's rule, and any
@@ -461,6 +482,14 @@ class GovernedExecutor:
             ) from None
         self._authenticate(approval, verdict, c)
         _check_approval(approval, used_by, c)
+        if c.tool.side_effect not in _SAFE:  # its single use, as the ledger shows it
+            read = getattr(self.store, "approval_ledger", None)
+            if read is not None:
+                problem = approval_ledger_problem(
+                    await read(c.ctx.run_id, c.call.id), approval.approval_id
+                )
+                if problem is not None:
+                    raise _Refused(*problem)
         return approval.approval_id, None
 
     def _authenticate(self, approval: Approval, verdict: PolicyVerdict, c: _Call) -> None:

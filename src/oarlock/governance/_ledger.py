@@ -77,7 +77,10 @@ the next number (``seq_gap``), that its ``entryHash`` is the digest of its conte
 and that its kind is known (``unknown_kind``); and, for the receipt of a ``sandbox``-class
 call, that the sandbox it ran in is the one its invocation records (``sandbox_mismatch``:
 an isolation, egress profile or workspace other than planned, or a call that ran with
-none; see :func:`oarlock.formats._rules.sandbox_problem`). A problem does not end the
+none; see :func:`oarlock.formats._rules.sandbox_problem`); and that no approval is on it
+twice (``approval_duplicated``) nor used by two invocations of side-effecting calls
+(``approval_reused``: a new attempt of a ``read`` or ``sandbox`` call may carry its
+approval again). A problem does not end the
 walk: it is reported, and the walk goes on from the entry as stored (the next entry is
 expected to follow its ``seq`` and to link to its stored ``entryHash``), so that every bad
 entry is reported once and a bad entry never hides the state of the entries after it.
@@ -107,7 +110,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -514,7 +517,9 @@ class LedgerProblem:
     ``code`` is one of ``malformed``, ``seq_gap``, ``hash_mismatch``, ``chain_broken``,
     ``unknown_kind``, ``checkpoint_mismatch``, ``truncated``, ``unknown_key``,
     ``bad_signature``, ``sandbox_mismatch`` (a sandbox-class call's receipt whose sandbox
-    is not the one its invocation records, or none).
+    is not the one its invocation records, or none), ``approval_reused`` (two invocations
+    of side-effecting calls under one approval) and ``approval_duplicated`` (one approval
+    appended twice).
     """
 
     seq: int | None
@@ -698,6 +703,82 @@ def _sandbox_entry_problem(
     return LedgerProblem(entry.seq, "sandbox_mismatch", text)
 
 
+_NO_APPROVAL = "00000000-0000-0000-0000-000000000000"
+_RERUNNABLE = frozenset({"read", "sandbox"})  # a new attempt of one call may reuse its approval
+
+
+def _approval_entry_problem(
+    entry: object, seen: dict[tuple[str, str], int]
+) -> LedgerProblem | None:
+    """An approval used twice: a second invocation of a side-effecting call carrying an
+    approval id an earlier one carried (``approval_reused``), or an approval appended
+    twice (``approval_duplicated``): what a database writer who reset an approval's use
+    and replayed it leaves on the ledger."""
+    if not isinstance(entry, LedgerEntry) or not isinstance(entry.body, dict):
+        return None
+    body = entry.body
+    if entry.kind == "approval":
+        approval_id, what, code = body.get("approvalId"), "approval", "approval_duplicated"
+    elif entry.kind == "invocation" and body.get("sideEffectClass") not in _RERUNNABLE:
+        approval_id, what, code = body.get("approvalId"), "invocation", "approval_reused"
+    else:
+        return None
+    if not isinstance(approval_id, str) or approval_id == _NO_APPROVAL:
+        return None
+    first = seen.setdefault((what, approval_id), entry.seq)
+    if first == entry.seq:
+        return None
+    text = (
+        f"{_describe(entry)}: approval {approval_id} is on the ledger's {what} of entry "
+        f"{first} already; an approval covers one call, once"
+    )
+    return LedgerProblem(entry.seq, code, text)
+
+
+def approval_ledger_problem(
+    entries: Sequence[LedgerEntry], approval_id: str
+) -> tuple[str, str] | None:
+    """Why the ledger forbids using approval ``approval_id`` for a side-effecting call
+    (code and message), or None. ``entries`` are the ledger from the approval's own entry
+    to the chain's head (``GovernanceStore.approval_ledger``): the first must be that
+    approval; the others must follow it link by link (each its seq, its hash over its
+    content, its ``prevHash`` the entry before), so that an entry removed since is seen
+    (``ledger_broken``); and none may be an invocation of a side-effecting call carrying
+    the approval (``approval_used``), whatever the rows that index the approval say."""
+    if not entries:
+        return "ledger_broken", f"approval {approval_id} has no entry on the ledger"
+    first = entries[0]
+    if first.kind != "approval" or first.body.get("approvalId") != approval_id:
+        return "ledger_broken", (
+            f"the ledger entry {first.seq} indexed as approval {approval_id} is not that "
+            "approval"
+        )
+    prev: LedgerEntry | None = None
+    for entry in entries:
+        problem = None if prev is None else _entry_problem(entry, prev.seq + 1, prev.entry_hash)
+        if problem is None and prev is None:
+            problem = _entry_problem(entry, entry.seq, entry.prev_hash)
+        if problem is not None:
+            return "ledger_broken", (
+                f"the ledger after approval {approval_id} is broken ({problem.code}: "
+                f"{problem.message}); nothing runs under it until `oarlock audit verify` "
+                "is clean"
+            )
+        body = entry.body
+        if (
+            entry.kind == "invocation"
+            and body.get("approvalId") == approval_id
+            and body.get("sideEffectClass") not in _RERUNNABLE
+        ):
+            return "approval_used", (
+                f"the ledger shows approval {approval_id} used by invocation "
+                f"{body.get('invocationId')} (entry {entry.seq}); an approval covers one "
+                "call, once"
+            )
+        prev = entry
+    return None
+
+
 def verify_chain(
     entries: Iterable[LedgerEntry],
     checkpoints: Iterable[Checkpoint] = (),
@@ -725,8 +806,11 @@ def verify_chain(
 
     expected, prev, checked, good, last = 1, GENESIS_HASH, 0, 0, 0
     sandboxed: dict[str, dict[str, Any]] = {}  # sandbox-class invocations by id
+    approvals: dict[tuple[str, str], int] = {}  # (kind of use, approval id) -> first seq
     for entry in entries:
-        crossed = _sandbox_entry_problem(entry, sandboxed)
+        crossed = _sandbox_entry_problem(entry, sandboxed) or _approval_entry_problem(
+            entry, approvals
+        )
         if crossed is not None:
             found.append((0, crossed))
         problem = _entry_problem(entry, expected, prev)

@@ -206,6 +206,13 @@ class GovernanceStore(Protocol):
         """A stored result by its reference. Raises NotFound."""
         ...
 
+    async def approval_ledger(self, run_id: str, tool_call_id: str) -> list[LedgerEntry]:
+        """The ledger from the entry of the approval of this call (of run ``run_id``) to
+        its chain's head, by sequence number; empty when the call has no approval. The
+        executor reads it before it uses the approval for a side-effecting call
+        (:func:`oarlock.governance._ledger.approval_ledger_problem`)."""
+        ...
+
     async def ledger(self, chain: str | None = None) -> list[LedgerEntry]:
         """The entries of one ledger chain, by sequence number; without ``chain``, every
         entry of every chain, chain by chain (see :meth:`chains`)."""
@@ -513,6 +520,22 @@ class MemoryGovernanceStore:
         with self._lock:
             entries = list(self._entries)
         return [LedgerEntry(q, k, a, loads_jcs(b), p, h) for q, k, a, b, p, h in entries]
+
+    async def approval_ledger(self, run_id: str, tool_call_id: str) -> list[LedgerEntry]:
+        with self._lock:
+            approval = self._approvals.get((run_id, tool_call_id))
+            entries = list(self._entries)
+        if approval is None:
+            return []
+        found = [
+            LedgerEntry(q, k, a, loads_jcs(b), p, h) for q, k, a, b, p, h in entries
+        ]
+        first = next(
+            (i for i, e in enumerate(found)
+             if e.kind == "approval" and e.body.get("approvalId") == approval.approval_id),
+            None,
+        )  # fmt: skip
+        return [] if first is None else found[first:]
 
     async def chains(self) -> list[str]:
         with self._lock:

@@ -702,6 +702,16 @@ class PostgresGovernanceStore:
             rows = await self._read("ledger_all", {})
         else:
             rows = await self._read("ledger_chain", {"chain": chain})
+        return self._entries(rows)
+
+    async def approval_ledger(self, run_id: str, tool_call_id: str) -> list[LedgerEntry]:
+        rows = await self._read(
+            "approval_ledger", {"run_id": run_id, "tool_call_id": tool_call_id}
+        )
+        return self._entries(rows)
+
+    @staticmethod
+    def _entries(rows: Any) -> list[LedgerEntry]:
         entries = []
         for row in rows:
             try:

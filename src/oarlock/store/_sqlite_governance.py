@@ -549,8 +549,16 @@ class SQLiteGovernanceStore:
     async def ledger(self, chain: str | None = None) -> list[LedgerEntry]:
         if chain not in (None, DEFAULT_CHAIN):
             return []
+        return self._entries(self._read("ledger_all", {}))
+
+    async def approval_ledger(self, run_id: str, tool_call_id: str) -> list[LedgerEntry]:
+        rows = self._read("approval_ledger", {"run_id": run_id, "tool_call_id": tool_call_id})
+        return self._entries(rows)
+
+    @staticmethod
+    def _entries(rows: Any) -> list[LedgerEntry]:
         entries = []
-        for row in self._read("ledger_all", {}):
+        for row in rows:
             stored = row["body"]
             try:
                 body = loads_jcs(unpack_body(stored))

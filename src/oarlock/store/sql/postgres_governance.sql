@@ -139,6 +139,13 @@ FROM ledger WHERE chain = %(chain)s ORDER BY seq;
 -- name: ledger_all
 SELECT seq, kind, at, body, prev_hash, entry_hash FROM ledger ORDER BY chain, seq;
 
+-- name: approval_ledger
+-- The chain of a call's approval, from the approval's entry to the head.
+SELECT l.seq, l.kind, l.at, l.body, l.prev_hash, l.entry_hash
+FROM approvals AS a JOIN ledger AS l ON l.chain = a.chain AND l.seq >= a.ledger_seq
+WHERE a.run_id = %(run_id)s AND a.tool_call_id = %(tool_call_id)s
+ORDER BY l.seq;
+
 -- name: chains
 -- Every chain with an entry or a head.
 SELECT chain FROM ledger_heads

@@ -11,6 +11,13 @@ VALUES (:seq, :kind, :at, :body, :prev_hash, :entry_hash);
 -- name: ledger_all
 SELECT seq, kind, at, body, prev_hash, entry_hash FROM ledger ORDER BY seq;
 
+-- name: approval_ledger
+-- The ledger from the entry of a call's approval to the head.
+SELECT seq, kind, at, body, prev_hash, entry_hash FROM ledger
+WHERE seq >= (SELECT ledger_seq FROM approvals
+              WHERE run_id = :run_id AND tool_call_id = :tool_call_id)
+ORDER BY seq;
+
 -- name: insert_invocation
 INSERT INTO invocations (invocation_id, run_id, ledger_seq)
 VALUES (:invocation_id, :run_id, :ledger_seq);
