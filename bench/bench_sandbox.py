@@ -39,7 +39,7 @@ def _runner(root: Path, isolation: str) -> SandboxRunner:
         bubblewrap=isolation == "bubblewrap" and real.bubblewrap,
         unshare=real.unshare,
         drop_user=real.drop_user,
-        prlimit=real.prlimit,
+        landlock=real.landlock,
     )
     return SandboxRunner(Workspaces(root), isolation=isolation, support=support)
 

@@ -99,7 +99,9 @@ def test_built_in_tools_run_in_the_runs_workspace(workspaces: Workspaces) -> Non
     result = doc2.messages[2].content[0]
     assert "No such file" in result.content or "can't open file" in result.content
     item = receipts(store, doc)["sandbox.write_file"]
-    assert item.invocation["sandbox"] == {"workspaceId": run_uuid(doc.id), "egressProfile": "none"}
+    assert item.invocation["sandbox"] == {
+        "workspaceId": run_uuid(doc.id), "egressProfile": "none", "isolation": "workspace"
+    }  # oarlock's own confined write: no program started
     assert (workspaces.root / run_uuid(doc.id) / "main.py").read_text() == "print(40 + 2)"
     ran = receipts(store2, doc2)["sandbox.shell"]
     usage = ran.receipt["usage"]["sandbox"]
@@ -126,7 +128,7 @@ def test_a_call_past_its_timeout_is_timed_out_and_killed(workspaces: Workspaces)
 
 
 def test_a_host_that_cannot_isolate_refuses_the_call(workspaces: Workspaces) -> None:
-    none = HostSupport(bubblewrap=False, unshare=False, drop_user=False, prlimit=False)
+    none = HostSupport(bubblewrap=False, unshare=False, drop_user=False)
     calls = [{"name": "sandbox.shell", "arguments": {"command": "touch ran"}}]
     doc, store = drive(calls, workspaces, tools=[shell], support=none)
     item = receipts(store, doc)["sandbox.shell"]
@@ -146,7 +148,7 @@ def test_a_policy_that_requires_bubblewrap_refuses_a_weaker_sandbox(
             ],
         }
     )  # fmt: skip
-    weak = HostSupport(bubblewrap=False, unshare=True, drop_user=True, prlimit=True)
+    weak = HostSupport(bubblewrap=False, unshare=True, drop_user=True)
     calls = [{"name": "sandbox.shell", "arguments": {"command": "true"}}]
     doc, store = drive(calls, workspaces, tools=[shell], policy=policy, support=weak)
     item = receipts(store, doc)["sandbox.shell"]

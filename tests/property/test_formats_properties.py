@@ -507,11 +507,6 @@ def test_round_trip_of_the_examples(example):
         assert same_json(dump(parse(model, doc)), doc), name  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: the models validate by Python name too (populate_by_name), so an "
-    "unknown member spelled like a field's Python name is renamed or refused",
-)
 @pytest.mark.parametrize(
     ("where", "member", "value"),
     [("bufferedToolResults/0", "is_error", True), ("pendingApprovals/0", "decided_by", 5)],
@@ -523,10 +518,6 @@ def test_unknown_snake_case_member_round_trips(run_waiting, where, member, value
     assert same_json(dump_run(parse_run(run_waiting)), run_waiting)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: JSON Schema 'integer' accepts 2.0 but the strict models refuse it",
-)
 def test_integral_float_in_an_integer_member_round_trips(run_waiting):
     run_waiting["turns"] = 2.0
     assert validate(run_waiting).valid

@@ -16,8 +16,10 @@ from oarlock.cli._args import (
     OneCommand,
     Parser,
     concurrency,
+    edit_json,
     limit,
     path,
+    principal,
     seconds,
     stored_path,
     text,
@@ -246,7 +248,7 @@ def _add_run_commands(sub: Any) -> None:
             p.add_argument("text", metavar="TEXT", type=text, help="the answer the model receives")
         if name == "approve":
             p.add_argument(
-                "--edit", metavar="JSON", type=text, help="run with these arguments instead"
+                "--edit", metavar="JSON", type=edit_json, help="run with these arguments instead"
             )
             p.add_argument(
                 "--key",
@@ -266,7 +268,7 @@ def _add_run_commands(sub: Any) -> None:
             "--as",
             dest="principal",
             metavar="NAME",
-            type=text,
+            type=principal,
             help="who decides (default: the principal the key is trusted for, else "
             "$OARLOCK_PRINCIPAL, else user: and the login name)",
         )
@@ -428,6 +430,7 @@ def _add_sandbox_commands(sub: Any) -> None:
     bsub = box.add_subparsers(dest="sandbox_command", metavar="COMMAND", required=True)
     where = {"metavar": "DIR", "type": path, "help": "the workspaces folder"}
     p = bsub.add_parser("check", help="what isolation sandboxed calls get on this host")
+    p.add_argument("--isolation", choices=("bubblewrap", "unshare"), default="bubblewrap")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler="oarlock.cli._sandbox:dispatch", action="check", workspaces=None)
     p = bsub.add_parser("list", help="the runs' workspaces")

@@ -6,14 +6,20 @@ later on.
   a byte that is not arrives as a lone surrogate (``surrogateescape``) that no store can
   hold and no id can match.
 * A path may hold any byte but NUL, which no file name can.
-* Seconds and counts must be finite, positive and within sensible bounds."""
+* Seconds and counts must be finite, positive and within sensible bounds.
+* An option given a value must be given one: ``--as ''`` or ``--edit ''`` is refused, never
+  read as the option left out (the default principal, the arguments unedited).
+* A host to listen on is an IP address or a host name (RFC 1123), checked before anything
+  resolves it."""
 
 from __future__ import annotations
 
 import argparse
 import errno
+import ipaddress
 import math
 import os
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -25,8 +31,11 @@ __all__ = [
     "OneCommand",
     "Parser",
     "concurrency",
+    "edit_json",
+    "host",
     "limit",
     "path",
+    "principal",
     "seconds",
     "stored_path",
     "text",
@@ -154,3 +163,59 @@ def concurrency(value: str) -> int:
             f"{line(value)}: give a whole number from 1 to {MAX_CONCURRENCY}"
         )
     return number
+
+
+def principal(value: str) -> str:
+    """A principal's name (``--as``): valid UTF-8, not empty or blank."""
+    value = text(value)
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            "a principal's name cannot be empty; give one, or leave the option out for the "
+            "default"
+        )
+    return value
+
+
+def edit_json(value: str) -> str:
+    """The edited arguments (``--edit``): valid UTF-8, not empty or blank (the JSON itself
+    is read when the decision is made)."""
+    value = text(value)
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            "cannot be empty; give the edited arguments as a JSON object, or leave the option "
+            "out to approve the arguments as they are"
+        )
+    return value
+
+
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
+
+
+def host(value: str) -> str:
+    """A host to listen on: an IP address (IPv6 with or without brackets) or a host name,
+    labels of ASCII letters, digits and inner hyphens (at most 63 each, 253 in all) joined
+    by dots (a final dot allowed); a name that would be an IPv4 address (all digits) must be
+    one."""
+    if not value:
+        raise argparse.ArgumentTypeError(
+            "a host cannot be empty; give 127.0.0.1, 0.0.0.0 (every IPv4 address), :: or a name"
+        )
+    bracketed = value.startswith("[") and value.endswith("]")
+    try:
+        address = ipaddress.ip_address(value[1:-1] if bracketed else value)
+    except ValueError:
+        address = None
+    if bracketed and not isinstance(address, ipaddress.IPv6Address):
+        raise argparse.ArgumentTypeError(f"{line(value)} is not an IPv6 address in brackets")
+    if address is not None:
+        return str(address)
+    name = value[:-1] if value.endswith(".") else value
+    labels = name.split(".")
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise argparse.ArgumentTypeError(
+            f"{line(value)} is not an IP address or a host name (labels of letters, digits "
+            "and inner hyphens, 1 to 63 characters, joined by single dots)"
+        )
+    if all(label.isdigit() for label in labels):
+        raise argparse.ArgumentTypeError(f"{line(value)} is not a valid IPv4 address")
+    return value

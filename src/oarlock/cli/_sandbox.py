@@ -14,6 +14,7 @@ from oarlock.errors import OarlockError, ToolError
 __all__ = ["dispatch"]
 
 _SHOW_MAX = 64 * 1024
+_LIST_MAX = 10_000  # files `show` lists
 
 
 def _workspaces(args: argparse.Namespace) -> object:
@@ -23,33 +24,47 @@ def _workspaces(args: argparse.Namespace) -> object:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from oarlock.sandbox._host import host_support
+    """What this host gives a sandboxed call, each guarantee tried by a real call through the
+    entry program; not zero where one the asked isolation needs is missing."""
+    from oarlock.sandbox._host import check_guarantees, host_support
 
+    asked = getattr(args, "isolation", None) or "bubblewrap"
     support = host_support()
+    found, why = check_guarantees(asked)
+    ok = not why and all(g.ok for g in found if g.required)
     if args.json:
         print(
             dumps(
                 {
-                    "isolation": support.strongest,
+                    "isolation": asked,
+                    "ok": ok,
+                    "strongest": support.strongest,
                     "bubblewrap": support.bubblewrap,
                     "unshare": support.unshare,
                     "ownUser": support.drop_user,
-                    "limits": support.prlimit,
+                    "landlockAbi": support.landlock,
+                    "unavailable": why or None,
+                    "guarantees": {
+                        g.name: {"ok": g.ok, "required": g.required, "detail": g.detail}
+                        for g in found
+                    },
                     "notes": list(support.notes),
                 }
             )
         )
-    else:
-        yes = {True: "yes", False: "no"}
-        print(f"isolation      {support.strongest}")
-        print(f"  bubblewrap   {yes[support.bubblewrap]}")
-        print(f"  unshare      {yes[support.unshare]}")
-        own = yes[support.drop_user]
-        print(f"  own user     {own} (each workspace's calls run as a uid of their own)")
-        print(f"  limits       {yes[support.prlimit]} (prlimit)")
-        for note in support.notes:
-            print(f"  note: {line(note)}")
-    return EXIT_OK if support.strongest != "none" else EXIT_INVALID
+        return EXIT_OK if ok else EXIT_INVALID
+    yes = {True: "yes", False: "NO"}
+    print(f"isolation      {asked}: {'every guarantee holds' if ok else 'NOT AVAILABLE'}")
+    print(f"  bubblewrap   {yes[support.bubblewrap]}")
+    print(f"  unshare      {yes[support.unshare]} (only where an agent file or policy names it)")
+    if why:
+        print(f"  {asked}: {line(why)}")
+    for g in found:
+        mark = "yes" if g.ok else ("NO" if g.required else "no (a second fence)")
+        print(f"  {g.name:<13}{mark}: {line(g.detail)}")
+    for note in support.notes:
+        print(f"  note: {line(note)}")
+    return EXIT_OK if ok else EXIT_INVALID
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -78,24 +93,19 @@ def _show(args: argparse.Namespace) -> int:
 
     ws = _workspaces(args)
     assert isinstance(ws, Workspaces)
-    info = ws.info(args.workspace_id)
     if args.path is None:
-        for folder, _dirs, names in sorted(_walk(info.path)):
-            for name in sorted(names):
-                print(line(str((folder / name).relative_to(info.path))))
+        for shown, name in enumerate(ws.files(args.workspace_id), 1):
+            if shown > _LIST_MAX:
+                print(f"[more files than {_LIST_MAX}; the first {_LIST_MAX} are shown]")
+                break
+            print(line(name))
         return EXIT_OK
-    workspace = ws.ensure(args.workspace_id)
+    workspace = ws.existing(args.workspace_id)
     data, size = read_file(workspace, args.path, max_bytes=_SHOW_MAX)
     print(block(data.decode("utf-8", "replace"), indent=""))
     if size > len(data):
         print(f"[{size - len(data)} more bytes]")
     return EXIT_OK
-
-
-def _walk(root: Path) -> list[tuple[Path, list[str], list[str]]]:
-    import os
-
-    return [(Path(f), d, n) for f, d, n in os.walk(root)]
 
 
 def _prune(args: argparse.Namespace) -> int:

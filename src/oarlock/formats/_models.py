@@ -2,7 +2,11 @@
 
 Parsing a valid document and dumping it gives back the same JSON: unknown members are
 kept (the run schema is open), optional members that were absent stay absent, and numbers
-keep their type. Tags (``type``, ``role``) and required members have no defaults, so a
+keep their type. A member is read by its JSON name alone: one spelled like a field's
+Python name (``decided_by`` for ``decidedBy``) is an unknown member, kept where the schema
+is open and refused where it is closed. An integer member given as an integral number
+(``2.0``, which JSON Schema's ``integer`` accepts) is read as that integer and written
+back as it was given. Tags (``type``, ``role``) and required members have no defaults, so a
 model built in code names them, and a dump (which leaves out members never set) writes
 them. Use :func:`parse_run` / :func:`dump_run` (and their siblings) rather
 than calling pydantic directly: they fix the options that make the round trip exact.
@@ -12,7 +16,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -54,6 +67,30 @@ SideEffectClass = Literal[
 Decision = Literal["approved", "denied", "responded"]
 Number = int | float
 JsonObject = dict[str, Any]
+
+
+class _WrittenAsFloat(int):
+    """An integer that the document wrote as an integral number (``2.0``, ``1e3``, ``-0.0``):
+    it is the integer (arithmetic on it gives plain ints), and a dump writes it as written,
+    so that the round trip is exact and the canonical form (RFC 8785) unchanged."""
+
+    written: float
+
+
+def _integer(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """JSON Schema's ``integer``: an int, or a float without a fractional part."""
+    if type(value) is float and value.is_integer():
+        number = _WrittenAsFloat(handler(int(value)))  # the field's own checks (ge=0) hold
+        number.written = value
+        return number
+    return handler(value)
+
+
+def _as_written(value: int) -> int | float:
+    return value.written if type(value) is _WrittenAsFloat else value
+
+
+Integer = Annotated[int, WrapValidator(_integer), PlainSerializer(_as_written)]
 
 
 class _Open(BaseModel):
@@ -158,7 +195,7 @@ class RunDocument(_Open):
     pending_approvals: list[PendingApproval]
     buffered_tool_results: list[ToolResultPart]
     usage: Usage
-    turns: int = Field(ge=0)
+    turns: Integer = Field(ge=0)
     result: str | None = None
     error: str | None = None
     created_at: str
@@ -215,7 +252,7 @@ class ToolInvocation(_Closed):
     arguments_hash: str
     policy_decision: PolicyDecision
     approval_id: str | None = None
-    timeout_seconds: int | None = None
+    timeout_seconds: Integer | None = None
     sandbox: Sandbox | None = None
 
 
@@ -227,9 +264,9 @@ class Effect(_Open):
 
 
 class ReceiptUsage(_Open):
-    duration_ms: int | None = None
-    bytes_in: int | None = None
-    bytes_out: int | None = None
+    duration_ms: Integer | None = None
+    bytes_in: Integer | None = None
+    bytes_out: Integer | None = None
 
 
 class ReceiptError(_Open):

@@ -35,10 +35,18 @@ call does not carry never matches. Argument conditions:
 ``in``      a list of JSON values; equals one of them
 ``lt``, ``lte``, ``gt``, ``gte``  number comparisons; a boolean, string or other
             non-number argument never matches (``"50"`` is not 50)
-``matches`` a regular expression searched in a string argument (Python ``re.search``)
+``matches`` a regular expression found anywhere in a string argument (use ``^`` and ``$``
+            to anchor it)
 
 Each part of a dotted path looks up a key of an object; a part made of digits also
 indexes a list. A missing argument makes its condition false.
+
+Regular expressions and globs run in time linear in the argument, whatever the model
+sends: they are RE2's (:mod:`oarlock.governance._regex`), Python's syntax but for
+backreferences, lookaround, atomic groups and possessive quantifiers, which are refused
+when the policy is loaded. ``$`` matches only at the very end (Python's also before a
+final newline); ``\\d``, ``\\w``, ``\\s`` and ``\\b`` are ASCII (``\\p{Nd}``, ``\\pL``
+are Unicode); ``{,n}`` is refused (write ``{0,n}``); ``\\Z`` is read as RE2's ``\\z``.
 
 A file is checked completely when it is loaded: unknown keys, wrong types, bad regular
 expressions, duplicate rule ids or YAML keys, unknown effects or classes raise
@@ -66,10 +74,8 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from fnmatch import translate
 from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from oarlock._config import Problems, describe
@@ -78,6 +84,7 @@ from oarlock._yaml import load_yaml
 from oarlock.errors import ConfigError
 from oarlock.formats._jcs import INT_MAX, digest
 from oarlock.formats._rules import APPROVAL_REQUIRED_CLASSES, SIDE_EFFECT_CLASSES
+from oarlock.governance._regex import PatternError, glob_matcher, regex_searcher
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -261,7 +268,7 @@ def _lookup(value: Any, path: tuple[tuple[str, int | None], ...]) -> Any:
 @dataclass(frozen=True, slots=True)
 class _Rule:
     id: str
-    tools: Callable[[str], Any] | None
+    tools: Callable[[str], bool] | None
     classes: frozenset[str] | None
     scope: tuple[tuple[str, str | None, frozenset[str]], ...]
     args: tuple[tuple[tuple[tuple[str, int | None], ...], tuple[Test, ...]], ...]
@@ -344,13 +351,20 @@ def _condition(name: str, value: Any, where: str) -> Test:
         if not isinstance(value, str):
             _fail(where, f"expected a regular expression, got {_show(value)}")
         try:
-            search = re.compile(value).search
-        except (re.error, RecursionError, OverflowError) as exc:
+            found = regex_searcher(value)
+        except PatternError as exc:
             _fail(where, f"bad regular expression {describe(value)}: {exc}")
-        return lambda v: isinstance(v, str) and search(v) is not None
+        return lambda v: isinstance(v, str) and found(v)
     if isinstance(value, bool) or not isinstance(value, _NUM):
         _fail(where, f"expected a number, got {_show(value)}")
     return _COMPARE[name](value)
+
+
+def _globs(globs: list[str], where: str) -> Callable[[str], bool]:
+    try:
+        return glob_matcher(globs)
+    except PatternError as exc:
+        _fail(where, f"bad glob: {exc}")
 
 
 def _arguments(raw: Any, where: str, problems: Problems) -> tuple[Any, ...]:
@@ -435,7 +449,7 @@ def _compile(raw: Any, index: int, default_ttl: float | None, problems: Problems
     if "tool" in match:
         globs = problems.check(_strings, match["tool"], f"{ctx}: match.tool", "a glob")
         if globs is not None:
-            tools = re.compile("|".join(f"(?:{translate(g)})" for g in globs)).match
+            tools = problems.check(_globs, globs, f"{ctx}: match.tool")
     classes = None
     if "class" in match:
         named = problems.check(_strings, match["class"], f"{ctx}: match.class", "a class")

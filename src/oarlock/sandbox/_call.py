@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from oarlock.errors import ToolError
+from oarlock.errors import OarlockError, ToolError
 from oarlock.sandbox._runner import (
     EGRESS_PROFILES,
     SandboxResult,
@@ -96,16 +97,22 @@ async def call_sandboxed(
 ) -> SandboxOutcome:
     """Run ``tool`` with ``arguments`` in the workspace under ``egress`` (and at least the
     isolation ``require`` names); raises SandboxUnavailable when the call cannot be
-    isolated so (it then never ran)."""
+    isolated so (it then never ran). Anything else that goes wrong, arguments no program
+    can be given (a NUL, a command too long) or a process that cannot be started
+    (``spawn_failed``) included, is a Failed outcome the model reads."""
     spec: SandboxSpec = tool.sandbox or SandboxSpec()
     detail = {"workspaceId": workspace_id, "egressProfile": egress}
     if spec.host is not None:
-        workspace = runner.workspaces.ensure(workspace_id)
         detail["isolation"] = "workspace"
         try:
+            workspace = runner.workspaces.ensure(workspace_id)
             return SandboxOutcome("Succeeded", spec.host(workspace, arguments), detail=detail)
-        except ToolError as exc:
+        except SandboxUnavailable:
+            raise
+        except OarlockError as exc:
             return SandboxOutcome("Failed", error=(exc.code, exc.message), detail=detail)
+        except (OSError, ValueError) as exc:
+            return SandboxOutcome("Failed", error=("io_error", _why(exc)), detail=detail)
     limits = runner.limits.merged(spec.limits)
     if tool.timeout_seconds is not None:
         limits = limits.merged(
@@ -113,22 +120,42 @@ async def call_sandboxed(
         )
     env = {name: os.environ[name] for name in spec.env if name in os.environ}
     if spec.program is not None:
-        program = spec.program(arguments)
+        try:
+            program = spec.program(arguments)
+        except SandboxUnavailable:
+            raise
+        except ToolError as exc:  # arguments no program can be given: it never ran
+            return SandboxOutcome("Failed", error=(exc.code, exc.message), detail=detail)
         readable: list[Path] = []
     else:
         program, readable = _python_program(tool, arguments)
-    result = await runner.run(
-        program.argv,
-        workspace_id=workspace_id,
-        limits=limits,
-        egress=egress,
-        env=env,
-        stdin=program.stdin,
-        readable=readable,
-        allow_hosts=spec.allow_hosts,
-        require=require,
-    )
+    try:
+        result = await runner.run(
+            program.argv,
+            workspace_id=workspace_id,
+            limits=limits,
+            egress=egress,
+            env=env,
+            stdin=program.stdin,
+            readable=readable,
+            allow_hosts=spec.allow_hosts,
+            require=require,
+        )
+    except SandboxUnavailable:
+        raise
+    except OarlockError as exc:  # its workspace could not be had: it never ran
+        return SandboxOutcome("Failed", error=(exc.code, exc.message), detail=detail)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        message = f"the sandbox's process could not be started: {_why(exc)}"
+        return SandboxOutcome("Failed", error=("spawn_failed", message), detail=detail)
     return _outcome(result, program, spec.program is None, detail)
+
+
+def _why(exc: BaseException) -> str:
+    """An error's readable message (an OSError's text, without its file names)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def _outcome(
@@ -217,7 +244,7 @@ def _python_program(tool: Any, arguments: dict[str, Any]) -> tuple[Program, list
     from pydantic_core import to_jsonable_python
 
     module, qualname, origin = _origin(tool)
-    root, packages = _module_root(module, origin)
+    root, packages, shown = _module_root(module, origin)
     spec = {
         "module": module,
         "qualname": qualname,
@@ -227,22 +254,20 @@ def _python_program(tool: Any, arguments: dict[str, Any]) -> tuple[Program, list
     }
     argv = (sys.executable, "-I", "-m", "oarlock.sandbox._child")
     stdin = json.dumps(spec, ensure_ascii=True).encode()
-    return Program(argv, stdin, report_exit=False), [*interpreter_folders(), root]
+    return Program(argv, stdin, report_exit=False), [*interpreter_folders(), shown]
 
 
-def _module_root(module: str, origin: Path) -> tuple[Path, dict[str, str]]:
-    """The folder to put on the child's path for ``module`` and the private packages of
-    agent-file folders (see :mod:`oarlock.engine._agentfile`) to recreate there."""
+def _module_root(module: str, origin: Path) -> tuple[Path, dict[str, str], Path]:
+    """(the folder to put on the child's path for ``module``, the private packages of
+    agent-file folders to recreate there (see :mod:`oarlock.engine._agentfile`), the one
+    path of it the sandbox shows): the module's own file, or the folder of the top-level
+    package it is in, never the folder around it (an agent's ``.env``, its run database)."""
     parts = module.split(".")
-    depth = len(parts) - (0 if origin.name == "__init__.py" else 1)
-    folder = origin.parent
-    packages: dict[str, str] = {}
-    if parts[0].startswith("_oarlock_agent_"):
-        base = origin.parent
-        for _ in range(len(parts) - 2 + (1 if origin.name == "__init__.py" else 0)):
-            base = base.parent
-        packages[parts[0]] = str(base)
-        return base, packages
-    for _ in range(depth):
-        folder = folder.parent
-    return folder, packages
+    package = origin.name == "__init__.py"
+    private = parts[0].startswith("_oarlock_agent_")
+    names = parts[1:] if private else parts  # below the folder on the path
+    base = origin.parent
+    for _ in range(len(names) - 1 + (1 if package else 0)):
+        base = base.parent
+    shown = base / names[0] if len(names) > 1 or package else origin
+    return base, ({parts[0]: str(base)} if private else {}), shown

@@ -11,6 +11,11 @@ requests with an absolute URL, and opens a connection only when ``host:port`` ma
 allowed pattern (``api.example.com:443``, ``*.example.com:443``, ``127.0.0.1:*``); anything
 else is answered ``403`` and never leaves the machine. Patterns match the name the call
 asked for, as it asked for it.
+
+Whatever a client sends is answered or closed, never a failure of the proxy: a request
+that is not one of these two kinds, a name that is not a host name or address or a port
+outside 1-65535 get ``400``, a head past 16 KiB ``431``, a head not complete within ten
+seconds ``408``, a host that cannot be reached ``502``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import ipaddress
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -83,24 +90,64 @@ def allowed(host: str, port: int, patterns: Sequence[str]) -> bool:
     return False
 
 
-def _target(line: bytes) -> tuple[str, str, int, bytes] | None:
-    """(method, host, port, the request line for the origin) of a proxy request line."""
-    try:
-        method, target, version = line.decode("latin-1").strip().split(" ")
-    except ValueError:
-        return None
+_HEAD_TIMEOUT = 10.0  # seconds a client has to send the head of its request
+_CONNECT_TIMEOUT = 10.0
+_METHOD = re.compile(r"[A-Z]{1,20}")
+_VERSION = re.compile(r"HTTP/1\.[01]")
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?")
+_PORT = re.compile(r"[0-9]{1,5}")
+_PATH = re.compile(r"[\x21-\x7e]*")  # printable, no space
+
+
+class _Refused(Exception):
+    """A request this proxy answers with an error: the status line and why."""
+
+    def __init__(self, status: str, why: str) -> None:
+        super().__init__(why)
+        self.status, self.why = status, why
+
+
+def _host(text: str) -> str:
+    """The host of a request (a name, an IPv4 address or a bracketed IPv6 one), or
+    _Refused."""
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            ipaddress.IPv6Address(text[1:-1])
+        except ValueError:
+            raise _Refused("400 Bad Request", "not an IPv6 address") from None
+        return text
+    if len(text) > 253 or not _NAME.fullmatch(text):
+        raise _Refused("400 Bad Request", "not a host name or address")
+    return text
+
+
+def _port(text: str) -> int:
+    if not _PORT.fullmatch(text) or not 0 < int(text) < 65536:
+        raise _Refused("400 Bad Request", "not a port (1-65535)")
+    return int(text)
+
+
+def _target(line: bytes) -> tuple[str, str, int, bytes]:
+    """(method, host, port, the request line for the origin) of a proxy request line, or
+    _Refused: ``CONNECT host:port`` or a request for an absolute ``http://`` URL."""
+    fields = line.decode("latin-1").split(" ")
+    if len(fields) != 3 or not _METHOD.fullmatch(fields[0]) or not _VERSION.fullmatch(fields[2]):
+        raise _Refused("400 Bad Request", "not an HTTP/1 request line")
+    method, target, version = fields
     if method == "CONNECT":
-        host, _, port = target.rpartition(":")
-        return (method, host, int(port), b"") if port.isdigit() else None
-    if not target.startswith("http://"):
-        return None
-    rest = target[len("http://") :]
-    authority, _, path = rest.partition("/")
-    host, _, port = authority.rpartition(":") if ":" in authority else (authority, "", "80")
-    if not port.isdigit():
-        return None
+        host, colon, port = target.rpartition(":")
+        if not colon:
+            raise _Refused("400 Bad Request", "CONNECT takes host:port")
+        return method, _host(host), _port(port), b""
+    if not target.startswith("http://") or not _PATH.fullmatch(target):
+        raise _Refused("400 Bad Request", "a request must be CONNECT or for an http:// URL")
+    authority, _, path = target[len("http://") :].partition("/")
+    host, port = authority, "80"
+    if ":" in authority and not authority.endswith("]"):  # [::1] has no port, [::1]:8 has
+        host, _, port = authority.rpartition(":")
     origin = f"{method} /{path} {version}\r\n".encode("latin-1")
-    return method, host, int(port), origin
+    return method, _host(host), _port(port), origin
 
 
 async def _splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -111,38 +158,61 @@ async def _splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     except (ConnectionError, OSError):
         pass
     finally:
-        with contextlib.suppress(Exception):
-            writer.close()
+        _close(writer)
+
+
+def _close(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        writer.close()
+
+
+async def _answer(writer: asyncio.StreamWriter, status: str, why: str) -> None:
+    """Answer with an error and close."""
+    body = f"oarlock: {why}\n".encode()
+    head = f"HTTP/1.1 {status}\r\nConnection: close\r\nContent-Type: text/plain\r\n"
+    writer.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(writer.drain(), _HEAD_TIMEOUT)
+    _close(writer)
 
 
 async def _handle(
     patterns: Sequence[str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
+    """One client: any request is answered, forwarded or closed, and nothing it sends
+    raises out of here (no traceback reaches the event loop's handler)."""
     try:
-        line = await reader.readuntil(b"\r\n")
-        headers = await reader.readuntil(b"\r\n\r\n") if not line.endswith(b"\r\n\r\n") else b""
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-        writer.close()
+        await _forward(patterns, reader, writer)
+    except _Refused as exc:
+        await _answer(writer, exc.status, exc.why)
+    except Exception:  # a client's stream, whatever it holds, is never the host's failure
+        _close(writer)
+
+
+async def _forward(
+    patterns: Sequence[str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT)
+    except TimeoutError:
+        raise _Refused("408 Request Timeout", "no complete request head in time") from None
+    except asyncio.LimitOverrunError:
+        raise _Refused(
+            "431 Request Header Fields Too Large", f"a request head past {_HEAD_MAX} bytes"
+        ) from None
+    except (asyncio.IncompleteReadError, ConnectionError):
+        _close(writer)
         return
-    target = _target(line)
-    if target is None:
-        writer.write(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
-        writer.close()
-        return
-    method, host, port, origin = target
+    line, _, headers = head.partition(b"\r\n")
+    method, host, port, origin = _target(line)
     if not allowed(host, port, patterns):
-        writer.write(
-            b"HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 32\r\n\r\n"
-            b"oarlock: egress to it is refused"
-        )
-        writer.close()
-        return
+        raise _Refused("403 Forbidden", "egress to it is refused")
     try:
-        up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
-    except (OSError, TimeoutError):
-        writer.write(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n")
-        writer.close()
-        return
+        up_reader, up_writer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]"), port), _CONNECT_TIMEOUT
+        )
+    except (OSError, TimeoutError, ValueError):
+        raise _Refused("502 Bad Gateway", f"{host}:{port} could not be reached") from None
     if method == "CONNECT":
         writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
     else:

@@ -1,5 +1,8 @@
-"""The limits of one sandboxed call, each enforced by the kernel (``prlimit``) or by the
-runner (the wall clock and the output kept)."""
+"""The limits of one sandboxed call, each enforced by the kernel (rlimits per process, set
+by the sandbox's entry program: :mod:`oarlock.sandbox._enter`; a
+cgroup for the whole call where the host gives one: :mod:`oarlock.sandbox._cgroup`), by
+the sandbox's mounts (the size of its ``/tmp``) or by the runner (the wall clock, the
+output kept, the workspace's size at the call's boundaries)."""
 
 from __future__ import annotations
 
@@ -21,15 +24,21 @@ _MAXIMA = {
     "open_files": 65536,
     "timeout_seconds": 86400,
     "output_bytes": 64 << 20,
+    "workspace_bytes": 1 << 40,
+    "tmp_bytes": 64 << 30,
 }
 
 
 @dataclass(frozen=True, slots=True)
 class SandboxLimits:
-    """CPU seconds (RLIMIT_CPU), address space (RLIMIT_AS), the size of a file written
-    (RLIMIT_FSIZE), processes (RLIMIT_NPROC, counted for the call's own user), open files
-    (RLIMIT_NOFILE), wall-clock seconds, and the bytes of standard output and error kept
-    (each; past eight times that, the call is stopped: ``output_limit``)."""
+    """CPU seconds (RLIMIT_CPU per process; the whole call's in its cgroup), memory
+    (RLIMIT_AS per process; the whole call's in its cgroup, its ``/tmp`` included), the
+    size of a file written (RLIMIT_FSIZE), processes (RLIMIT_NPROC, counted for the call's
+    own user; the whole call's in its cgroup), open files (RLIMIT_NOFILE), wall-clock
+    seconds, the bytes of standard output and error kept (each; past eight times that, the
+    call is stopped: ``output_limit``), the bytes the workspace may hold (checked before
+    and after the call: ``workspace_full``, ``workspace_quota``) and the size of the
+    call's private ``/tmp``."""
 
     cpu_seconds: int = 10
     memory_bytes: int = 1 << 30
@@ -38,6 +47,8 @@ class SandboxLimits:
     open_files: int = 256
     timeout_seconds: float = 30.0
     output_bytes: int = 1 << 20
+    workspace_bytes: int = 1 << 30
+    tmp_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -79,20 +90,9 @@ class SandboxLimits:
             "openFiles": self.open_files,
             "timeoutSeconds": self.timeout_seconds,
             "outputBytes": self.output_bytes,
+            "workspaceBytes": self.workspace_bytes,
+            "tmpBytes": self.tmp_bytes,
         }
-
-    def prlimit_args(self) -> list[str]:
-        """``prlimit`` options setting the kernel's limits, hard ones included, so that the
-        call cannot raise them. The CPU limit's hard value is a second above the soft one:
-        SIGXCPU at the soft limit tells a CPU limit from any other kill."""
-        cpu, mem, fsize = self.cpu_seconds, self.memory_bytes, self.file_bytes
-        return [
-            f"--cpu={cpu}:{cpu + 1}",
-            f"--as={mem}:{mem}",
-            f"--fsize={fsize}:{fsize}",
-            f"--nproc={self.processes}:{self.processes}",
-            f"--nofile={self.open_files}:{self.open_files}",
-        ]
 
 
 DEFAULT_LIMITS = SandboxLimits()

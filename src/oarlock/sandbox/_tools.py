@@ -14,6 +14,9 @@ from oarlock.tools._tool import Tool, tool
 __all__ = ["BUILTIN_TOOLS", "python", "read_file_tool", "shell", "write_file_tool"]
 
 _READ_MAX = 256 * 1024
+_ARGV_MAX = 100_000  # bytes of a command line passed as one argument
+_SOURCE_MAX = 1 << 20  # bytes of a command line or a script
+_FROM_STDIN = 'eval "$(cat)" </dev/null'
 
 
 def _outside(**_: Any) -> str:
@@ -21,12 +24,46 @@ def _outside(**_: Any) -> str:
                     code="sandbox_only")  # fmt: skip
 
 
+def _text(arguments: dict[str, Any], name: str, *, what: str) -> bytes:
+    """The argument ``name`` as UTF-8, or ToolError ``argument_refused`` saying why not:
+    not a string, a lone surrogate, or, for a command line or a script (``what``), a NUL
+    (no program can be given one) or more than ``_SOURCE_MAX`` bytes."""
+    value = arguments.get(name)
+    if not isinstance(value, str):
+        raise ToolError(f"{name} must be a string", code="argument_refused")
+    if what and "\0" in value:
+        raise ToolError(
+            f"the {what} holds a NUL character (at {value.index(chr(0))}), which no "
+            "program can be given; remove it",
+            code="argument_refused",
+        )
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            f"{name} is not valid text (a lone surrogate at {exc.start}); refused",
+            code="argument_refused",
+        ) from None
+    if what and len(data) > _SOURCE_MAX:
+        raise ToolError(
+            f"the {what} is {len(data)} bytes, over the {_SOURCE_MAX} a call takes: write "
+            "it to files (sandbox.write_file) and run them",
+            code="argument_refused",
+        )
+    return data
+
+
 def _shell(arguments: dict[str, Any]) -> Program:
-    return Program(("/bin/sh", "-c", arguments["command"]))
+    command = _text(arguments, "command", what="command line")
+    if len(command) <= _ARGV_MAX:
+        return Program(("/bin/sh", "-c", command.decode("utf-8")))
+    # too long for one argument of a program (Linux: 128 KiB): the shell reads it whole
+    # from its standard input, then runs it with /dev/null there, as a short one has
+    return Program(("/bin/sh", "-c", _FROM_STDIN), command)
 
 
 def _python(arguments: dict[str, Any]) -> Program:
-    return Program(("python3", "-I", "-"), arguments["code"].encode("utf-8"))
+    return Program(("python3", "-I", "-"), _text(arguments, "code", what="script"))
 
 
 def _read(workspace: Workspace, arguments: dict[str, Any]) -> str:
@@ -38,7 +75,8 @@ def _read(workspace: Workspace, arguments: dict[str, Any]) -> str:
 
 
 def _write(workspace: Workspace, arguments: dict[str, Any]) -> str:
-    written = write_file(workspace, arguments["path"], arguments["content"].encode("utf-8"))
+    content = _text(arguments, "content", what="")
+    written = write_file(workspace, arguments["path"], content)
     return f"wrote {written} bytes to {arguments['path']}"
 
 
