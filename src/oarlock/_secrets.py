@@ -22,6 +22,7 @@ them would mangle ordinary text, and no provider issues keys that short.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -32,6 +33,7 @@ __all__ = [
     "REDACTED",
     "looks_secret",
     "redact",
+    "redact_json",
     "register_named",
     "register_secret",
     "register_url",
@@ -168,3 +170,53 @@ def _keep_prefix(match: re.Match[str]) -> str:
     prefix = match.group(1)
     rest = match.group(0)[len(prefix) :]
     return match.group(0) if rest == REDACTED else prefix + REDACTED
+
+
+def redact_json(value: Any) -> tuple[Any, list[str]]:
+    """``value`` (a JSON value) as it reads once printed as JSON and redacted (what
+    :func:`oarlock._render.dumps` prints), and the JSON Pointers (RFC 6901) of the values
+    that redaction changed, so that output which redacts can say where. An object one of
+    whose member names is redacted is redacted whole (its pointer is the object's)."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False)
+    shown = redact(text)
+    if shown == text:
+        return value, []
+    try:
+        copy = json.loads(shown)
+    except ValueError:  # a configured secret cut across JSON syntax: redact part by part
+        copy = _redact_parts(value)
+    pointers: list[str] = []
+    _changed(value, copy, "", pointers)
+    return copy, pointers
+
+
+def _redact_parts(value: Any) -> Any:
+    import json
+
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if redact(json.dumps(key, ensure_ascii=False)) != json.dumps(key, ensure_ascii=False):
+                return REDACTED
+            out[key] = redact_json(item)[0]
+        return out
+    if isinstance(value, list):
+        return [redact_json(item)[0] for item in value]
+    return REDACTED  # a scalar whose redacted JSON does not read back
+
+
+def _changed(was: Any, now: Any, at: str, out: list[str]) -> None:
+    if type(was) is dict and type(now) is dict and list(was) == list(now):
+        for key in was:
+            _changed(was[key], now[key], f"{at}/{key.replace('~', '~0').replace('/', '~1')}", out)
+    elif type(was) is list and type(now) is list and len(was) == len(now):
+        for i, (a, b) in enumerate(zip(was, now, strict=True)):
+            _changed(a, b, f"{at}/{i}", out)
+    elif type(was) is not type(now) or (was != now and not _nan(was)):  # NaN stays NaN
+        out.append(at)
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)

@@ -307,16 +307,14 @@ def test_continue_or_retry_of_a_waiting_run_is_refused_changing_nothing(
         assert cli.rows() == before
 
 
-def test_approving_for_another_process_needs_a_key(cli: Cli, waiting: str) -> None:
-    before = cli.snapshot(waiting)
-    out = cli("approve", waiting, CALL, "--no-resume")
-    assert out.returncode == 1
-    assert "oarlock keys create" in out.stderr and "Traceback" not in out.stderr
-    assert cli.snapshot(waiting) == before  # nothing was recorded
-    created = cli.make_key()
-    assert "approver key ed25519:" in created and "trusted in" in created
+def test_approving_for_another_process_signs_with_the_users_own_key(
+    cli: Cli, waiting: str
+) -> None:
+    # no set-up: the user's key is made on first use and trusted in the user's file
+    out = cli("approve", waiting, CALL, "--no-resume", "--as", "user:ana")
+    assert out.returncode == 0, out.stderr
+    assert "made your approver key ed25519:" in out.stderr and "Traceback" not in out.stderr
     assert (cli.xdg.parent / "config" / "oarlock" / "approver.key").stat().st_mode & 0o777 == 0o600
-    cli.ok("approve", waiting, CALL, "--no-resume")
     approvals = [body for _, kind, body in cli.snapshot(waiting)[2] if kind == "approval"]
     assert [a["principal"] for a in approvals] == ["user:ana"]  # the key's principal
     assert approvals[0]["keyId"].startswith("ed25519:") and approvals[0]["signature"]

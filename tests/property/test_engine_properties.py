@@ -135,6 +135,8 @@ def expected_refusals(doc: RunDocument, call_id: str, decision: str,
         out.add("response_needs_responded")
     if edited is not None and decision != "approved":
         out.add("edit_needs_approval")
+    if decision == "denied" and not (kwargs.get("reason") or "").strip():
+        out.add("reason_required")
     return out
 
 

@@ -133,7 +133,7 @@ def test_openapi_declares_every_refusal(tmp_path: Path) -> None:
     async def body(kit: Kit) -> None:
         spec = (await kit.client.get("/openapi.json")).json()
         ops = [(p, m, op) for p, item in spec["paths"].items() for m, op in item.items()]
-        assert len(ops) == 19
+        assert len(ops) == 20
         for path, method, op in ops:
             codes = set(op["responses"])
             if path == "/openapi.json":

@@ -74,7 +74,7 @@ def test_api_conforms(served: Served, token: str) -> None:
 
         conforms()
         assert served.process.poll() is None
-    assert len(walked) == 19
+    assert len(walked) == 20
 
 
 def _links(spec: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -173,7 +173,10 @@ async def refused(runner: Runner, run_id: str, call_id: str, decision: Any,
 REFUSALS: list[Any] = [
     pytest.param("c_nope", "approved", {}, "unknown_call", id="unknown-call-id"),
     pytest.param("c_lookup", "approved", {}, "unknown_call", id="auto-run-call-id"),
-    pytest.param("", "denied", {}, "unknown_call", id="empty-call-id"),
+    pytest.param("", "denied", {"reason": "no"}, "unknown_call", id="empty-call-id"),
+    pytest.param("c_refund", "denied", {}, "reason_required", id="denial-without-reason"),
+    pytest.param("c_refund", "denied", {"reason": " \n"}, "reason_required",
+                 id="denial-with-a-blank-reason"),
     pytest.param("c_refund", "responded", {"response": "done already"},
                  "response_not_allowed", id="responded-without-allow_response"),
     pytest.param("c_delete", "responded", {"response": "x"}, "response_not_allowed",
@@ -211,13 +214,13 @@ def test_refused_decisions_change_nothing(
     pytest.param("c_ask", "responded", {}, "response_required",
                  id="responded-without-response"),
     pytest.param("c_refund", "denied",
-                 {"edited_arguments": {"order_id": "A1", "amount": 1}},
+                 {"edited_arguments": {"order_id": "A1", "amount": 1}, "reason": "no"},
                  "edit_needs_approval", id="edit-with-denial"),
-    pytest.param("c_ask", "denied", {"edited_arguments": {"question": "other?"}},
+    pytest.param("c_ask", "denied", {"edited_arguments": {"question": "other?"}, "reason": "no"},
                  "edit_needs_approval", id="edit-with-denial-on-allow_response-tool"),
     pytest.param("c_ask", "approved", {"response": "an answer"},
                  "response_needs_responded", id="response-with-approval"),
-    pytest.param("c_ask", "denied", {"response": "an answer"},
+    pytest.param("c_ask", "denied", {"response": "an answer", "reason": "no"},
                  "response_needs_responded", id="response-with-denial"),
 ])
 def test_malformed_decisions_are_refused_with_their_own_codes(
@@ -284,7 +287,7 @@ def test_second_decision_on_the_only_approval_is_already_decided() -> None:
         doc = await runner.start("q")
         doc = await runner.decide(doc.id, "c_refund", "approved")
         assert doc.status == "running"
-        error = await refused(runner, doc.id, "c_refund", "denied")
+        error = await refused(runner, doc.id, "c_refund", "denied", reason="no")
         assert error.code == "already_decided"
 
     run(go())
@@ -390,7 +393,7 @@ def test_two_concurrent_decisions_on_the_only_approval() -> None:
         doc = await runner.start("q")
         outcomes = await asyncio.gather(
             runner.decide(doc.id, "c_refund", "approved"),
-            runner.decide(doc.id, "c_refund", "denied"), return_exceptions=True)
+            runner.decide(doc.id, "c_refund", "denied", reason="no"), return_exceptions=True)
         assert store.conflicts >= 1
         won = [o for o in outcomes if isinstance(o, RunDocument)]
         lost = [o for o in outcomes if isinstance(o, BaseException)]
@@ -483,7 +486,7 @@ def test_denial_by_policy_says_so_in_the_result() -> None:
 
     async def go() -> None:
         doc = await runner.start("q")
-        doc = await runner.decide(doc.id, "c_refund", "denied", by="policy")
+        doc = await runner.decide(doc.id, "c_refund", "denied", reason="a rule", by="policy")
         result = doc.messages[2].content[0]
         assert result.is_error
         assert "policy" in result.content

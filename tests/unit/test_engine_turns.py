@@ -237,7 +237,7 @@ def test_responded_as_the_last_decision_answers_in_the_tools_place() -> None:
 
     async def go() -> None:
         doc = await runner.start("q")
-        doc = await runner.decide(doc.id, "c_delete", "denied")
+        doc = await runner.decide(doc.id, "c_delete", "denied", reason="no")
         doc = await runner.decide(doc.id, "c_ask", "responded", response="the blue one")
         assert doc.status == "running"
         assert [p.tool_call_id for p in doc.messages[2].content] == [
@@ -426,7 +426,7 @@ def test_needs_approval_as_a_predicate_over_the_arguments() -> None:
         assert [r.tool_call_id for r in doc.buffered_tool_results] == ["call_1_1", "call_1_3"]
         assert sorted(a["amount"] for _, a in CALLED) == [10, 50]  # 51 and 500 wait
         await runner.decide(doc.id, "call_1_2", "approved")
-        await runner.decide(doc.id, "call_1_4", "denied")
+        await runner.decide(doc.id, "call_1_4", "denied", reason="no")
         doc = await runner.resume(doc.id)
         assert sorted(a["amount"] for _, a in CALLED) == [10, 50, 51]
         assert doc.status == "completed"

@@ -168,3 +168,36 @@ def test_a_record_lost_to_a_crash_is_mended_by_the_next_drive() -> None:
         assert [s for s, _ in records["c_a1"]] == ["Succeeded"]
 
     asyncio.run(go())
+
+
+def test_the_command_lines_cancel_and_deny_put_the_calls_on_the_ledger(tmp_path: Any) -> None:
+    """``oarlock cancel`` (which has no runner of its own) and ``oarlock deny`` as a user
+    types them, on the demo agent."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from oarlock.demo import AGENT_FILE
+
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env.pop("OARLOCK_DB", None)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "oarlock.cli", "--db", str(tmp_path / "r.db"), *args],
+            capture_output=True, text=True, env=env, check=False, timeout=60,
+        )  # fmt: skip
+
+    ids = []
+    for _ in range(2):
+        started = cli("run", str(AGENT_FILE), "Refund order A-1001")
+        assert started.returncode == 0, started.stderr
+        ids.append(json.loads(cli("runs", "list", "--json").stdout)[0]["id"])
+    assert cli("cancel", ids[0], "--reason", "not today").returncode == 0
+    assert cli("deny", ids[1], "call_2_1", "--reason", "not this one").returncode == 0
+    for run_id, code in zip(ids, ["run_cancelled", "denied_by_human"], strict=True):
+        listed = json.loads(cli("receipts", "list", "--run", run_id, "--json").stdout)
+        refund = [r for r in listed if r["tool"] == "issue_refund"]
+        assert [(r["status"], r["error"]["code"]) for r in refund] == [("Denied", code)], listed
+    assert cli("audit", "verify").returncode == 0

@@ -128,11 +128,13 @@ async def _show(args: argparse.Namespace, store: RunStore) -> int:
     if receipt is not None and "resultRef" in receipt:
         result = (await gov.artifact(receipt["resultRef"])).decode("utf-8", "replace")
     if args.json:
+        from oarlock.formats._exported import exported
+
         print(
             dumps(
-                {
-                    "invocation": invocation,
-                    "receipt": receipt,
+                {  # secrets redacted, and each record says where (its hashes cannot match)
+                    "invocation": exported(invocation),
+                    "receipt": None if receipt is None else exported(receipt),
                     "reconciliations": [n.to_json() for n in notes],
                     "result": result,
                 }

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from oarlock._driven import driven_by
 from oarlock._render import dumps, line
 from oarlock.cli import EXIT_INVALID, EXIT_OK, refused
 from oarlock.cli._live import Live
@@ -58,7 +58,6 @@ __all__ = [
 T = TypeVar("T")
 EXIT_HALTED = 3
 _DONE_OK = {"completed", "waiting_approval", "running"}
-_ENDED = frozenset({"completed", "failed", "halted_budget", "halted_max_turns", "cancelled"})
 # the commands that may create the database; every other one needs it to exist
 _CREATES = frozenset({"run"})
 # the terminal view of the command running in this process (progress and streamed text)
@@ -118,7 +117,6 @@ def _tags(pairs: list[str] | None) -> dict[str, str]:
 def _runner(agent: Agent, store: RunStore, approver: ApproverKey | None = None) -> Runner:
     from oarlock.engine._runner import Runner
 
-    _trusting(agent)
     # the terminal shows the runner's stream of events: progress lines and streamed text
     return Runner(
         agent,
@@ -129,38 +127,11 @@ def _runner(agent: Agent, store: RunStore, approver: ApproverKey | None = None) 
     )
 
 
-def _trusting(agent: Agent) -> None:
-    """An agent file that names no approvers trusts the user's approvers file, if any."""
-    from oarlock.governance._approvers import user_approvers
-
-    if agent.approvers is None:
-        agent.approvers = user_approvers()
-
-
 def _approver(args: argparse.Namespace, agent: Agent) -> ApproverKey | None:
-    """The key an approval is signed with: ``--key``, ``$OARLOCK_APPROVER_KEY`` or the
-    default key file; None (signed by this process, acted on by it alone) when there is
-    none, which ``--no-resume`` refuses: another process would act on the approval."""
-    import os
+    """The key an approval is signed with (see ``oarlock.cli._keys.approval_signer``)."""
+    from oarlock.cli._keys import approval_signer
 
-    from oarlock.cli._keys import principal_default
-    from oarlock.governance._approvers import ApproverKey, default_key_path
-
-    path = Path(args.key).expanduser() if args.key else default_key_path()
-    if not (args.key or "OARLOCK_APPROVER_KEY" in os.environ or path.exists()):
-        if args.no_resume:
-            raise OarlockError(
-                "an approval that another process will act on (--no-resume) must be signed "
-                "with a trusted key; create one with: oarlock keys create",
-                code="approval_unauthenticated",
-            )
-        return None
-    key = ApproverKey.load(path, "")
-    _trusting(agent)
-    trusted = {k.key_id: k for k in agent.approvers.entries()} if agent.approvers else {}
-    named = trusted[key.key_id].principals if key.key_id in trusted else ()
-    only = named[0] if len(named) == 1 and not any(c in named[0] for c in "*?[") else None
-    return ApproverKey(args.principal or only or principal_default(), key.private_key)
+    return approval_signer(args, agent)
 
 
 async def _with_store(
@@ -233,9 +204,13 @@ async def _run(args: argparse.Namespace, store: RunStore) -> int:
     agent_file = str(Path(args.agent_file).resolve())
     agent: Agent = args.loaded_agent  # loaded before the store opened (see dispatch)
     if (args.on or agent.engine) == "temporal":
-        from oarlock.cli import _temporal
+        from oarlock._driven import TemporalTarget
+        from oarlock.engine import _dispatch as dispatch
 
-        doc = await _temporal.start(args, store, agent, agent_file, tags)
+        address, queue = args.address or dispatch.default_address(), args.task_queue
+        target = TemporalTarget(address, queue or dispatch.DEFAULT_QUEUE, args.namespace)
+        doc = await dispatch.start(store, agent, args.input, target, agent_ref=agent_file,
+                                   tags=tags, wait=not args.detach, told=_tell)  # fmt: skip
         return EXIT_OK if args.detach else _finish(doc, args)
     if args.detach:
         doc = await _runner(agent, store).submit(
@@ -400,16 +375,36 @@ async def _export(args: argparse.Namespace, store: RunStore) -> int:
     return EXIT_OK
 
 
-async def _decide(args: argparse.Namespace, store: RunStore) -> int:
-    stored = await store.load(args.run_id)
-    if driven_by(stored.document) is not None:  # the decision goes to the run's workflow
-        from oarlock.cli import _temporal
+def _tell(text: str) -> None:
+    """What the dispatch tells a person (a decision stored, how to start a worker)."""
+    print(line(text), flush=True)
 
-        return _finish(await _temporal.decide(args, store, stored.document), args)
-    agent = await _agent_of(store, args.run_id)
-    approver = _approver(args, agent) if args.decision == "approved" else None
-    async with agent.connected():
-        return await _decide_with(args, _runner(agent, store, approver))
+
+async def _decide(args: argparse.Namespace, store: RunStore) -> int:
+    """A decision, where the run is driven (:mod:`oarlock.engine._dispatch`): here, by
+    this process's runner, or by the run's Temporal workflow."""
+    from oarlock.cli._keys import principal_default
+    from oarlock.engine import _dispatch as dispatch
+
+    edited = _edited(getattr(args, "edit", None))
+    decided_here: list[int] = []  # the exit status of a decision made here
+
+    async def here() -> RunDocument:
+        agent = await _agent_of(store, args.run_id)
+        approver = _approver(args, agent) if args.decision == "approved" else None
+        async with agent.connected():
+            doc, code = await _decide_with(args, _runner(agent, store, approver), edited)
+        decided_here.append(code)
+        return doc
+
+    doc = await dispatch.decide(
+        store, args.run_id, args.call_id, args.decision, native=here, reason=args.reason,
+        edited_arguments=edited, response=getattr(args, "text", None),
+        principal=args.principal or principal_default(),
+        expires_in=getattr(args, "expires_in", None), wait=not args.no_resume,
+        own_key=bool(getattr(args, "key", None)), told=_tell,
+    )  # fmt: skip
+    return decided_here[0] if decided_here else _finish(doc, args)
 
 
 def _edited(text: str | None) -> dict[str, Any] | None:
@@ -438,10 +433,12 @@ def _edited(text: str | None) -> dict[str, Any] | None:
     return edited
 
 
-async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
+async def _decide_with(
+    args: argparse.Namespace, runner: Runner, edited: dict[str, Any] | None
+) -> tuple[RunDocument, int]:
+    """The decision made by ``runner``: the run as it then stands, and the exit status."""
     from oarlock.cli._keys import principal_default
 
-    edited = _edited(getattr(args, "edit", None))
     said: list[bool] = []
     shown = runner.on_commit
 
@@ -480,8 +477,8 @@ async def _decide_with(args: argparse.Namespace, runner: Runner) -> int:
         holder = await _holder(runner, doc.id)
         if holder is not None:  # another process held the run: the decision is its to act on
             print(holder)
-            return EXIT_OK
-    return _finish(doc, args)
+            return doc, EXIT_OK
+    return doc, _finish(doc, args)
 
 
 async def _resumed(runner: Runner, run_id: str) -> RunDocument:
@@ -522,69 +519,77 @@ async def _holder(runner: Runner, run_id: str) -> str | None:
     return None
 
 
-async def _not_temporal(store: RunStore, run_id: str, what: str) -> None:
-    """Refuse to drive here a run that Temporal drives."""
-    if driven_by((await store.load(run_id)).document) is not None:
-        raise OarlockError(
-            f"run {run_id} is driven by Temporal: its workflow takes its steps; "
-            f"{what} is not done from here",
-            code="temporal_run",
-        )
-
-
 async def _resume(args: argparse.Namespace, store: RunStore) -> int:
-    await _not_temporal(store, args.run_id, "a resume")
+    from oarlock.engine._dispatch import driver
+
+    # a run Temporal drives is refused before its agent is looked for
+    driver((await store.load(args.run_id)).document, "resume")
     agent = await _agent_of(store, args.run_id)
     async with agent.connected():
         doc = await _resumed(_runner(agent, store), args.run_id)
     return _finish(doc, args)
 
 
-async def _on_temporal(args: argparse.Namespace, store: RunStore, text: str | None) -> int | None:
-    """``continue`` (``text``) or ``retry`` of a run Temporal drives: the transition
-    committed here, then a new execution of its workflow, waited on as ``run --on
-    temporal`` does; None for a run driven natively."""
-    stored = await store.load(args.run_id)
-    if driven_by(stored.document) is None:
-        return None
-    from oarlock.cli import _temporal
+async def _again(args: argparse.Namespace, store: RunStore, text: str | None) -> int:
+    """``continue`` (``text``) or ``retry``, where the run is driven: here, by this
+    process's runner, or in a new execution of the run's Temporal workflow (the
+    transition committed here first), waited on as ``run --on temporal`` does."""
+    from oarlock.engine import _dispatch as dispatch
+    from oarlock.telemetry._setup import default_observer
 
-    return _finish(await _temporal.restart(store, stored.document, text), args)
+    async def here() -> RunDocument:
+        agent = await _agent_of(store, args.run_id)
+        async with agent.connected():
+            runner = _runner(agent, store)
+            if text is None:
+                return await runner.retry(args.run_id)
+            return await runner.continue_run(args.run_id, text)
+
+    doc = await dispatch.again(store, args.run_id, text, native=here,
+                               on_commit=default_observer().committed, told=_tell)  # fmt: skip
+    return _finish(doc, args)
 
 
 async def _continue(args: argparse.Namespace, store: RunStore) -> int:
-    if (code := await _on_temporal(args, store, args.text)) is not None:
-        return code
-    agent = await _agent_of(store, args.run_id)
-    async with agent.connected():
-        doc = await _runner(agent, store).continue_run(args.run_id, args.text)
-    return _finish(doc, args)
+    return await _again(args, store, args.text)
 
 
 async def _retry(args: argparse.Namespace, store: RunStore) -> int:
-    if (code := await _on_temporal(args, store, None)) is not None:
-        return code
-    agent = await _agent_of(store, args.run_id)
-    async with agent.connected():
-        doc = await _runner(agent, store).retry(args.run_id)
-    return _finish(doc, args)
+    return await _again(args, store, None)
 
 
 async def _cancel(args: argparse.Namespace, store: RunStore) -> int:
+    """A cancellation, where the run is driven: in the store, or by the run's Temporal
+    workflow (its cancel signal, not waited on)."""
+    from oarlock.engine import _dispatch as dispatch
     from oarlock.engine._runner import cancel_run
     from oarlock.telemetry._setup import default_observer
 
-    stored = await store.load(args.run_id)
-    if driven_by(stored.document) is not None and stored.document.status not in _ENDED:
-        from oarlock.cli import _temporal
+    async def here() -> RunDocument:
+        doc = await cancel_run(store, args.run_id, args.reason,
+                               on_commit=default_observer().committed)  # fmt: skip
+        print(f"run {line(doc.id)}: cancelled")
+        if any(a.decision is None for a in doc.pending_approvals):
+            await _record_cancelled(store, doc)
+        return doc
 
-        await _temporal.cancel(stored.document, args.reason)
-        print(f"run {line(args.run_id)}: cancellation sent to its workflow")
-        return EXIT_OK
-
-    doc = await cancel_run(store, args.run_id, args.reason, on_commit=default_observer().committed)
-    print(f"run {line(doc.id)}: cancelled")
+    await dispatch.cancel(store, args.run_id, args.reason, native=here, told=_tell)
     return EXIT_OK
+
+
+async def _record_cancelled(store: RunStore, doc: RunDocument) -> None:
+    """The calls a cancelled run left waiting for a decision, on the ledger as cancelled
+    (through its agent's executor); said when its agent cannot be loaded."""
+    from oarlock.engine._runner import Runner
+    from oarlock.engine._settled import record_settled_calls
+
+    try:
+        runner = Runner(await _agent_of(store, doc.id), store)
+    except OarlockError as exc:
+        print(f"oarlock: the calls it left waiting are not on the ledger: {line(exc.message)}",
+              file=sys.stderr)  # fmt: skip
+        return
+    await record_settled_calls(runner.agent, runner.executor, doc, runner._ctx(doc))
 
 
 async def _replay(args: argparse.Namespace, store: RunStore) -> int:
@@ -630,11 +635,14 @@ async def _replay_decisions(
             return await runner.cancel(
                 doc.id, f"the original run has no decision for {appr.tool_call_id}"
             )
+        reason = d.get("reason")
+        if d["decision"] == "denied" and not reason:  # a denial stored before the rule
+            reason = "denied in the original run"
         doc = await runner.decide(
             doc.id,
             appr.tool_call_id,
             d["decision"],
-            reason=d.get("reason"),
+            reason=reason,
             response=d.get("response"),
             edited_arguments=d.get("editedArguments"),
         )
@@ -672,22 +680,9 @@ def run_command(args: argparse.Namespace, command: Command) -> int:
 
     create = getattr(args, "action", None) in _CREATES
     try:
-        code = asyncio.run(_with_store(args, lambda store: command(args, store), create=create))
+        return asyncio.run(_with_store(args, lambda store: command(args, store), create=create))
     except OarlockError as exc:
-        code = refused(exc)
-    _drop_clients()
-    return code
-
-
-def _drop_clients() -> None:
-    """Free a Temporal client left in a refusal's traceback now: freed while the
-    interpreter shuts down, its runtime aborts the process."""
-    import sys
-
-    if "temporalio" in sys.modules:
-        import gc
-
-        gc.collect()
+        return refused(exc)
 
 
 def read_command(args: argparse.Namespace, command: ReadCommand) -> int:

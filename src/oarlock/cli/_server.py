@@ -10,7 +10,7 @@ from typing import Any
 
 from oarlock._render import dumps, line
 from oarlock.cli import EXIT_OK, refused
-from oarlock.cli._args import path, seconds, text
+from oarlock.cli._args import host, path, seconds, text
 from oarlock.errors import NotFound, OarlockError
 
 __all__ = ["add_commands", "dispatch"]
@@ -46,7 +46,7 @@ def add_commands(sub: Any) -> None:
         "/openapi.json) and the inbox at /, with the embedded worker driving runs "
         "(unless --no-worker). Stops on SIGTERM or SIGINT.",
     )
-    p.add_argument("--host", default="127.0.0.1", type=text, help="default 127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", type=host, help="default 127.0.0.1")
     p.add_argument("--port", default=8080, type=_port, help="default 8080 (0: any free one)")
     p.add_argument(
         "--agents",
@@ -60,7 +60,8 @@ def add_commands(sub: Any) -> None:
         "--key",
         metavar="PEM",
         type=path,
-        help="sign approvals with this approver key (needed when separate workers act on them)",
+        help="sign decisions with this approver key (default: the user's own, made on first "
+        "use; see oarlock keys create)",
     )
     p.add_argument(
         "--max-body", type=_bytes, default=1_048_576, metavar="BYTES",
@@ -144,6 +145,38 @@ async def _tokens(args: argparse.Namespace, store: Any) -> int:
     return EXIT_OK
 
 
+def _approver(key: str | None) -> Any:
+    """The key the server signs its decisions with (each as the deciding token's name):
+    ``--key``, else the user's own key (made on first use) when the user's approvers file
+    trusts it for any principal, so that a decision outlives the server and is honoured by
+    the user's workers; said on one line. Else none: each decision is then signed with the
+    server process's own key, which only it trusts."""
+    from oarlock.governance._approvers import ApproverKey, default_approvers
+
+    if key:
+        return ApproverKey.load(key, "server")
+    from oarlock.governance._userkey import UNAVAILABLE, user_key
+
+    own = "decisions are signed with this process's own key, honoured by this process alone"
+    try:
+        user = user_key()
+    except OarlockError as exc:
+        if exc.code != UNAVAILABLE:
+            raise
+        print(f"oarlock serve: {line(exc)}; {own}", flush=True)
+        return None
+    trusted = default_approvers().key(user.key_id)
+    if trusted is None or not trusted.allows("\0any principal"):
+        named = "no principal" if trusted is None else ", ".join(trusted.principals)
+        print(f"oarlock serve: the approver key {user.key_id} ({line(user.path)}) is trusted "
+              f"for {line(named)}, not for any principal; {own}", flush=True)  # fmt: skip
+        return None
+    made = f", made now and trusted in {line(user.approvers)}" if user.made else ""
+    print(f"oarlock serve: decisions signed with approver key {user.key_id} "
+          f"({line(user.path)}{made})", flush=True)  # fmt: skip
+    return ApproverKey("server", user.private_key)
+
+
 def _serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -156,11 +189,7 @@ def _serve(args: argparse.Namespace) -> int:
         ) from None
     from oarlock.cli._runs import _db
 
-    approver = None
-    if args.key:
-        from oarlock.governance._approvers import ApproverKey
-
-        approver = ApproverKey.load(args.key, "server")
+    approver = _approver(args.key)
     hooks: tuple[Any, ...] = ()
     if args.webhooks:
         from oarlock.server._webhooks import load_webhooks

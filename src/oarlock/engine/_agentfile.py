@@ -429,7 +429,8 @@ def load_policy(spec: Any, base: Path) -> PolicyEngine | None:
 
 
 def _approvers(spec: Any, base: Path) -> TrustedApprovers | None:
-    """The agent file's ``approvers``: an approvers file (relative to the agent file)."""
+    """The agent file's ``approvers``: an approvers file (relative to the agent file),
+    checked now and followed afterwards (read again whenever it changes)."""
     if spec is None:
         return None
     if not isinstance(spec, str) or not spec:
@@ -657,12 +658,13 @@ def _imported_agent(agent_ref: str, run_id: str) -> Agent:
 
 def run_agent(agent_ref: str | None, model: str, run_id: str) -> Agent:
     """The agent of a stored run: its agent file's (``agent_ref``), with the model the run
-    was started with (``run --model`` may have named another than the file's), trusting
-    the user's approvers when the file names none (an approval acted on by another process
-    must be signed by a configured key). OarlockError (code ``no_agent_ref``) for a run with
-    no agent file on record; ConfigError for a file that does not load."""
-    from oarlock.governance._approvers import user_approvers
-
+    was started with (``run --model`` may have named another than the file's). Its trust
+    follows its approvers file, or, for a file that names none, this process's key and the
+    user's approvers file, each read again when it changes (see
+    :mod:`oarlock.governance._approvers`): an agent kept by a long-lived process (a worker)
+    never holds on to the trust it found when it was loaded. OarlockError (code
+    ``no_agent_ref``) for a run with no agent file on record; ConfigError for a file that
+    does not load."""
     if not agent_ref:
         raise OarlockError(
             f"run {run_id} has no agent on record: resume it from Python with its Agent, or "
@@ -681,6 +683,4 @@ def run_agent(agent_ref: str | None, model: str, run_id: str) -> Agent:
             agent = agent.with_model(load_model(model, base))
         except ConfigError as exc:
             raise ConfigError(f"run {run_id} uses model {model}: {exc}", code=exc.code) from None
-    if agent.approvers is None:
-        agent.approvers = user_approvers()
     return agent

@@ -15,7 +15,8 @@ from oarlock.engine import _core as core
 from oarlock.engine._settled import record_settled_calls
 from oarlock.errors import ConflictError, DecisionRefused
 from oarlock.formats._time import shift_rfc3339
-from oarlock.governance._approvers import ApproverKey, process_approver
+from oarlock.governance._approvers import ApproverKey
+from oarlock.governance._userkey import default_signer
 from oarlock.tools._tool import ToolArgumentsError
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from oarlock.engine._lease import Hold
     from oarlock.formats._models import RunDocument
     from oarlock.store._base import Event, RunStore, StoredRun
-    from oarlock.store._queue import Lease
+    from oarlock.store._queue import Lease, RunQueue
 
 __all__ = ["Decisions"]
 
@@ -40,6 +41,7 @@ class Decisions:
         approver: ApproverKey | None
         executor: Executor
         clock: Callable[[], str]
+        _queue: RunQueue | None
 
         def _with_deps(self, run_id: str, deps: Any) -> AbstractContextManager[None]: ...
         def _ctx(self, doc: RunDocument, fence: Lease | None = None) -> CallContext: ...
@@ -92,7 +94,11 @@ class Decisions:
         its lease from before the decision to the end of the drive (on a run queue): no
         worker takes the run in between, so an approval this process alone trusts (signed
         with its own key) is used by this process. When another process holds the run
-        already, the decision is recorded all the same and the run left to its holder."""
+        already, the decision is recorded all the same and the run left to its holder. A
+        holder looks at the run again once it has given it back (after its drive, or after
+        its own decision was refused, say because another process decided first): a run
+        that a decision made meanwhile left running, and that no one holds, it takes and
+        drives, so that no decision recorded while it held the run is left undriven."""
 
         async def decided() -> RunDocument:
             return await self._decide(
@@ -118,15 +124,38 @@ class Decisions:
                 doc, call_id, decision, edited_arguments=edited, response=response
             )
 
-        async def drive(hold: Hold) -> RunDocument:
-            doc = await decided()
-            if doc.status != "running":
-                return doc
+        async def drive_on(hold: Hold) -> RunDocument:
             stored = await self.store.load(run_id)
+            if stored.document.status != "running":
+                return stored.document
             return await self._drive(stored.document, stored.version, hold)
 
+        async def drive(hold: Hold) -> RunDocument:
+            doc = await decided()
+            return await drive_on(hold) if doc.status == "running" else doc
+
+        async def as_it_stands() -> RunDocument:
+            return (await self.store.load(run_id)).document
+
+        async def left() -> RunDocument:
+            # a run left running and held by no one is driven here; one another holds is
+            # that holder's, which looks again in the same way once it gives the run back
+            doc = await as_it_stands()
+            if doc.status != "running" or self._queue is None:
+                return doc
+            return await self._held(run_id, drive_on, as_it_stands)
+
+        async def busy() -> RunDocument:
+            doc = await decided()
+            return await left() if doc.status == "running" else doc
+
         with self._with_deps(run_id, deps):
-            return await self._held(run_id, drive, decided)
+            try:
+                doc = await self._held(run_id, drive, busy)
+            except DecisionRefused:
+                await left()  # the lease given back: a decision made meanwhile is driven
+                raise
+            return await left() if doc.status == "waiting_approval" else doc
 
     async def _decide(
         self,
@@ -256,7 +285,7 @@ class Decisions:
                 "Runner(approver=...))",
                 code="approval_unauthenticated",
             )
-        return process_approver(principal or "human")
+        return default_signer(principal)  # the user's own key, made on first use
 
     def _check_decision(
         self,

@@ -20,8 +20,7 @@ from typing import Any, TypeVar
 from oarlock._secrets import redact
 from oarlock.engine import _core as core
 from oarlock.engine._agent import Agent
-from oarlock.engine._conversation import Conversations
-from oarlock.engine._decisions import Decisions
+from oarlock.engine._dispatch import Dispatched, driver
 from oarlock.engine._execute import (
     CallContext,
     Executor,
@@ -115,7 +114,7 @@ class _CancelledElsewhere(Exception):
         self.stored = stored
 
 
-class Runner(Conversations, Decisions):
+class Runner(Dispatched):
     """Runs one agent's runs against one store.
 
     Every tool call goes through ``executor``: by default a
@@ -138,7 +137,11 @@ class Runner(Conversations, Decisions):
     receives the stream events (:mod:`oarlock.engine._stream`) of every run it drives, as
     they happen. ``observer`` is told of every drive, model request, tool call and commit
     (traces and metrics); by default, :func:`oarlock.telemetry.default_observer`, which
-    records nothing until OpenTelemetry is configured."""
+    records nothing until OpenTelemetry is configured.
+
+    An action on a stored run goes where the run is driven (:mod:`oarlock.engine._dispatch`):
+    a run Temporal drives is decided, cancelled, continued and retried through its workflow,
+    and never resumed or driven here."""
 
     def __init__(
         self,
@@ -290,6 +293,7 @@ class Runner(Conversations, Decisions):
         async def drive(hold: Hold) -> RunDocument:
             stored = await self.store.load(run_id)
             doc = stored.document
+            driver(doc, "resume", self.drives)  # refused when Temporal drives it
             if doc.agent != self.agent.name:
                 raise ConflictError(
                     f"run {run_id} belongs to agent {doc.agent!r}, not {self.agent.name!r}",
@@ -348,14 +352,6 @@ class Runner(Conversations, Decisions):
             given=self.lease,
             busy=busy,
         )
-
-    async def cancel(self, run_id: str, reason: str | None = None) -> RunDocument:
-        doc = await cancel_run(
-            self.store, run_id, reason, clock=self.clock, on_commit=self._told
-        )
-        # the calls it left waiting for a decision: on the ledger as cancelled
-        await record_settled_calls(self.agent, self.executor, doc, self._ctx(doc))
-        return doc
 
     # -- internals --------------------------------------------------------------------
     def _ctx(self, doc: RunDocument, fence: Lease | None = None, fresh: bool = False

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from oarlock.errors import CanonicalizationError
+from oarlock.formats._exported import redaction_note, without_note
 from oarlock.formats._jcs import digest
 from oarlock.formats._report import Kind, Problem, pointer
 from oarlock.formats._time import parse_rfc3339
@@ -191,11 +192,7 @@ def _i1(doc: Doc) -> Iterator[Problem]:
         yield _p("I1", ["arguments"], f"arguments have no canonical form: {exc}")
         return
     if doc["argumentsHash"] != expected:
-        yield _p(
-            "I1",
-            ["argumentsHash"],
-            f"argumentsHash does not match the arguments (expected {expected})",
-        )
+        yield _p("I1", ["argumentsHash"], _mismatch(doc, "/arguments", "argumentsHash", expected))
 
 
 def _i2(doc: Doc) -> Iterator[Problem]:
@@ -209,16 +206,29 @@ def _i2(doc: Doc) -> Iterator[Problem]:
 
 
 def _c1(doc: Doc) -> Iterator[Problem]:
-    body = {k: v for k, v in doc.items() if k != "receiptHash"}
+    body = {k: v for k, v in without_note(doc).items() if k != "receiptHash"}
     try:
         expected = digest(body)
     except CanonicalizationError as exc:
         yield _p("C1", [], f"receipt has no canonical form: {exc}")
         return
     if doc["receiptHash"] != expected:
-        yield _p(
-            "C1", ["receiptHash"], f"receiptHash does not match the receipt (expected {expected})"
+        yield _p("C1", ["receiptHash"], _mismatch(doc, "", "receiptHash", expected))
+
+
+def _mismatch(doc: Doc, covered: str, member: str, expected: str) -> str:
+    """Why ``member`` does not match: the export's redactions (named in its ``redacted``
+    member) when they explain it, else a mismatch."""
+    problem, redacted = redaction_note(doc, covered)
+    if problem is not None:
+        return f"{member} does not match ({problem})"
+    if redacted:
+        return (
+            f"{member} cannot be checked: this is an export with secrets redacted at "
+            f"{', '.join(redacted)}; the stored record holds them"
         )
+    what = "the arguments" if covered else "the receipt"
+    return f"{member} does not match {what} (expected {expected})"
 
 
 def _c2(doc: Doc) -> Iterator[Problem]:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from oarlock._input import MAX_DEPTH, MAX_INT_DIGITS
 from oarlock.errors import DocumentInvalid, FormatError, UsageError
+from oarlock.formats._exported import without_note
 from oarlock.formats._report import Kind, Problem, Report, pointer
 from oarlock.formats._rules import rule_problems
 from oarlock.formats._runcheck import passes_run_schema
@@ -221,7 +222,9 @@ def validate(
     # a run parsed here holds JSON values only: the compiled run schema accepts exactly
     # what jsonschema accepts, in a fraction of the time (a refusal takes the full check)
     if not (parsed and chosen == "run" and passes_run_schema(document)):
-        errors, complete = capped_schema_problems(document, chosen, ERROR_COUNT_CEILING)
+        # an export's note of what it redacted is no member of the record (its rules read it)
+        record = document if chosen == "run" else without_note(document)
+        errors, complete = capped_schema_problems(record, chosen, ERROR_COUNT_CEILING)
         report.errors = errors
         report.more_errors_exact = complete
     if report.valid and not schema_only:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
 
+from oarlock._render import dumps
 from oarlock.errors import UsageError
 from oarlock.server._auth import require
 from oarlock.server._errors import responses
@@ -15,6 +17,7 @@ from oarlock.server._links import (
     approval_links,
     approvals_links,
     decision_links,
+    exact_links,
     links,
     operation_id,
     pending_links,
@@ -33,6 +36,7 @@ from oarlock.server._models import (
     DecisionIn,
     DecisionOut,
     EventOut,
+    ExactArgumentsOut,
     ReceiptOut,
     ReconcileIn,
     RunIn,
@@ -49,7 +53,6 @@ router = APIRouter(prefix="/v1", generate_unique_id_function=operation_id)
 
 Reader = Annotated[Principal, Depends(require("read"))]
 Operator = Annotated[Principal, Depends(require("operate"))]
-Approver = Annotated[Principal, Depends(require("decide"))]
 Admin = Annotated[Principal, Depends(require("admin"))]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="page size")]
 TagQuery = Annotated[list[str] | None, Query(description="KEY=VALUE; repeatable")]
@@ -57,6 +60,14 @@ TagQuery = Annotated[list[str] | None, Query(description="KEY=VALUE; repeatable"
 _READ = (400, 401, 403, 413, 422, 429)
 _ONE = (*_READ, 404)
 _ETAG = {"ETag": {"description": "the approval's version, quoted", "schema": {"type": "string"}}}
+
+
+class ExactJSON(JSONResponse):
+    """JSON that redacts nothing (every control, bidirectional and invisible character
+    still a JSON escape): a call's exact arguments, for those who may decide it."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content, indent=None, redact=False).encode("utf-8")
 
 
 def _service(request: Request) -> Service:
@@ -264,6 +275,29 @@ async def get_approval(
     return item
 
 
+@router.get(
+    "/approvals/{run_id}/{call_id}/arguments",
+    response_model=ExactArgumentsOut,
+    responses={**responses(*_ONE), 200: {"headers": _ETAG, **links(200, exact_links())[200]}},
+    tags=["approvals"],
+)
+async def get_exact_arguments(
+    request: Request, principal: Reader, run_id: str, call_id: str
+) -> Response:
+    """The call's exact arguments, nothing redacted, for a principal who may decide it
+    (403 for the others): what an approval approves when it edits nothing. The approval's
+    ``arguments`` are shown with secrets redacted (``argumentsRedacted`` says where)."""
+    _, pending, item = await _service(request).decidable(principal, run_id, call_id, None)
+    body = {
+        "runId": item["runId"],
+        "toolCallId": item["toolCallId"],
+        "arguments": pending.arguments,
+        "argumentsHash": item["argumentsHash"],
+        "version": item["version"],
+    }
+    return ExactJSON(body, headers={"ETag": f'"{item["version"]}"'})
+
+
 @router.post(
     "/approvals/{run_id}/{call_id}/decision",
     response_model=DecisionOut,
@@ -273,7 +307,7 @@ async def get_approval(
 async def decide(
     request: Request,
     *,
-    principal: Approver,
+    principal: Reader,
     run_id: str,
     call_id: str,
     body: DecisionIn,
@@ -281,11 +315,14 @@ async def decide(
 ) -> dict[str, Any]:
     """Approve (optionally with edited arguments, checked against the tool's schema and
     judged by the policy), deny (with a reason) or respond in the tool's place. Needs
-    If-Match: the approval's version (refused with 428 without it)."""
+    If-Match: the approval's version (refused with 428 without it). Edited arguments that
+    are the call's own (by value) are no edit; a redacted value given back as shown
+    keeps its real value. Deciding takes the role approver or admin (403 for the others)."""
     from oarlock.server._errors import IF_MATCH_REQUIRED, ApiError
 
     if not if_match.strip():
         raise ApiError(428, *IF_MATCH_REQUIRED)
+    await _service(request).decidable(principal, run_id, call_id, body.decision)
     request.app.state.rate_limit.take(principal.token_id)
     for text, what in ((body.reason, "the reason"), (body.response, "the response")):
         if text is not None:
@@ -334,11 +371,16 @@ async def list_receipts(
     tags=["receipts"],
 )
 async def get_receipt(request: Request, principal: Reader, invocation_id: str) -> dict[str, Any]:
-    """The invocation, its receipt (null while it has none) and its reconciliations."""
+    """The invocation, its receipt (null while it has none) and its reconciliations, with
+    secrets redacted: a record that had any lists their JSON Pointers in a ``redacted``
+    member (its hash, taken over the record as stored, cannot match the redacted copy;
+    ``oarlock validate`` says so)."""
+    from oarlock.formats._exported import exported
+
     invocation, receipt, notes = await _service(request).receipt(principal, invocation_id)
-    return {
-        "invocation": invocation,
-        "receipt": receipt,
+    return {  # secrets redacted, each record saying where (``redacted``: its hash cannot match)
+        "invocation": exported(invocation),
+        "receipt": None if receipt is None else exported(receipt),
         "reconciliations": [n.to_json() for n in notes],
     }
 

@@ -70,8 +70,11 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
 
 
 class BodyLimit:
-    """Refuse a request body past ``limit`` bytes (413), by its Content-Length or as it
-    streams in."""
+    """The gate of request bodies: refuse one past ``limit`` bytes (413), by its
+    Content-Length or as it streams in; then read a JSON body strictly, once, before any
+    route does (:func:`~oarlock.formats._validate.loads_strict`: UTF-8, no duplicate key,
+    no NaN, bounded digits and nesting), refusing what is not (400 ``invalid_json``, naming
+    the rule); a lone surrogate is left to the route, which names the field."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limit: int) -> None:
         self.app, self.limit = app, limit
@@ -101,14 +104,74 @@ class BodyLimit:
             if len(body) > self.limit:
                 await self._refuse(scope, receive, send)
                 return
-        whole = {"type": "http.request", "body": bytes(body), "more_body": False}
-        await self.app(scope, _replay([whole], receive), send)
+        if body and _is_json(scope):
+            from oarlock.formats._validate import loads_strict
+
+            try:
+                loads_strict(bytes(body))
+            except OarlockError as exc:
+                if exc.code == "json_invalid_text":  # a lone surrogate: the route names its field
+                    await self.app(scope, _replay([_whole(body)], receive), send)
+                    return
+                response = _error(400, "invalid_json", f"the body is {exc.message}")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, _replay([_whole(body)], receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = _error(
             413, "body_too_large", f"the request body is larger than {self.limit} bytes"
         )
         await response(scope, receive, send)
+
+
+def _whole(body: bytearray) -> Message:
+    return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+
+def _is_json(scope: Scope) -> bool:
+    """Whether the request says its body is JSON (``application/json``, ``...+json``)."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-type":
+            kind: str = value.decode("latin-1").partition(";")[0].strip().lower()
+            return kind == "application/json" or (
+                kind.startswith("application/") and kind.endswith("+json")
+            )
+    return False
+
+
+class Headers:
+    """Headers every response gets unless it sets its own: never stored by a cache
+    (``Cache-Control: no-store``; the inbox's static files aside), never sniffed, and a
+    Content-Security-Policy that allows nothing (the inbox's pages and a call's raw result
+    set theirs)."""
+
+    DEFAULTS = (
+        (b"cache-control", b"no-store"),
+        (b"x-content-type-options", b"nosniff"),
+        (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    )
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = str(scope.get("path", "")).startswith("/static/")
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                for name, value in self.DEFAULTS:
+                    if name not in present and not (static and name == b"cache-control"):
+                        headers.append((name, value))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -147,6 +210,9 @@ def _handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: HTTPException) -> SafeJSON:
         if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "error parsing the body"
             return _error(400, "invalid_json", "the body is not JSON: it is not UTF-8")
+        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+            # the gate reads every JSON body first; this is what a body it let by still hit
+            return _error(400, "invalid_json", "the body is not JSON oarlock accepts")
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
@@ -214,6 +280,11 @@ def create_app(
         description="Durable, governed LLM agent runs: the HTTP API of `oarlock serve`.",
         default_response_class=SafeJSON,
         lifespan=lifespan,
+        # no /docs nor /redoc: they load scripts from a CDN and run inline script on the
+        # inbox's origin; the document itself is /openapi.json
+        docs_url=None,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     app.state.service = service
     app.state.store = store
@@ -226,12 +297,13 @@ def create_app(
     app.include_router(router)
     _pages(app)
     app.add_middleware(BodyLimit, limit=s.max_body_bytes)
+    app.add_middleware(Headers)
     _openapi_errors_as_json(app)
     return app
 
 
 def _pages(app: FastAPI) -> None:
-    """The inbox's pages, sessions and static files (htmx, the style sheet, inbox.js)."""
+    """The inbox's pages, sessions and static files (the style sheet, inbox.js)."""
     from fastapi.staticfiles import StaticFiles
 
     from oarlock.server._web import Sessions

@@ -1,19 +1,28 @@
 """Who is calling: a bearer token (``Authorization: Bearer oat_...``), checked against the
-stored hashes; what the token's role allows; and the per-principal rate limit on
-decisions."""
+stored hashes; what the token's role allows; who may decide a run's call
+(:func:`decision_refusal`, the one place that says so, whichever way a decision comes);
+and the per-principal rate limit on decisions."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import Request
 
 from oarlock.server._errors import ApiError
 from oarlock.server._tokens import Principal, TokenStore
 
-__all__ = ["RateLimit", "authenticate", "require"]
+__all__ = [
+    "DecisionScope",
+    "RateLimit",
+    "authenticate",
+    "authorize_decision",
+    "decision_refusal",
+    "require",
+]
 
 
 async def authenticate(request: Request) -> Principal:
@@ -35,7 +44,8 @@ async def authenticate(request: Request) -> Principal:
         raise ApiError(
             401,
             "unauthenticated",
-            "a live API token is required: Authorization: Bearer TOKEN",
+            # worded so that the redactor, which every message passes, leaves it whole
+            "a live API token is required, sent in the Authorization header as Bearer <token>",
             headers={"WWW-Authenticate": 'Bearer realm="oarlock"'},
         )
     return principal
@@ -55,6 +65,66 @@ def require(permission: str) -> Callable[[Request], Awaitable[Principal]]:
         return principal
 
     return dependency
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionScope:
+    """What deciding a call depends on besides the principal: the run, its tenant (None
+    when there is no such run), who started it (its ``startedBy`` tag) and the policy rule
+    that asks for four eyes on the call (None when none does)."""
+
+    run_id: str
+    tenant: str | None
+    started_by: str | None
+    four_eyes_rule: str | None
+
+    @classmethod
+    def of(cls, tenant: str | None, item: Mapping[str, Any]) -> DecisionScope:
+        """The scope of an approval as the service gives it (its JSON)."""
+        policy = item.get("policy") or {}
+        four_eyes = (policy.get("ruleId") or "default") if policy.get("fourEyes") else None
+        started = (item.get("tags") or {}).get("startedBy")
+        return cls(str(item["runId"]), tenant, started if isinstance(started, str) else None,
+                   four_eyes)  # fmt: skip
+
+
+DECISIONS = ("approved", "denied", "responded")
+
+
+def decision_refusal(
+    principal: Principal, scope: DecisionScope, decision: str | None
+) -> ApiError | None:
+    """Why ``principal`` may not make ``decision`` on a call of the run of ``scope``
+    (``None`` for any decision: to read the call's exact arguments), or None when it may.
+
+    The one place that decides it, for every way a decision comes (the API, the inbox's
+    forms, the clients a webhook wakes) and for what a page offers: the role must allow
+    deciding (approver, admin), the run must be of the principal's tenant (else 404, as
+    one that does not exist), and under a four-eyes rule whoever started the run may not
+    approve its calls (they may still deny them)."""
+    if not principal.may("decide"):
+        return ApiError(403, "forbidden", f"role {principal.role} may not decide")
+    if scope.tenant is None or scope.tenant != principal.tenant:
+        return ApiError(404, "not_found", f"no run {scope.run_id}")
+    if (
+        decision == "approved"
+        and scope.four_eyes_rule is not None
+        and scope.started_by == principal.name
+    ):
+        return ApiError(
+            403,
+            "four_eyes",
+            f"rule {scope.four_eyes_rule} asks for four eyes: {principal.name} started this "
+            "run and may not approve its calls",
+        )
+    return None
+
+
+def authorize_decision(principal: Principal, scope: DecisionScope, decision: str | None) -> None:
+    """Refuse (with :func:`decision_refusal`'s error) unless ``principal`` may decide."""
+    refusal = decision_refusal(principal, scope, decision)
+    if refusal is not None:
+        raise refusal
 
 
 @dataclass

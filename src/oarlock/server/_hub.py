@@ -129,7 +129,7 @@ class Hub:
         if not last:
             return None
         boot, _, n = last.partition("-")
-        if boot != self.boot or not n.isdigit():
+        if boot != self.boot or not (n.isascii() and n.isdigit()):  # not "²": int() refuses it
             return None
         history = self._tenants[tenant].history
         number = int(n)

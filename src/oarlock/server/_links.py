@@ -16,6 +16,7 @@ __all__ = [
     "approval_links",
     "approvals_links",
     "decision_links",
+    "exact_links",
     "links",
     "operation_id",
     "pending_links",
@@ -94,8 +95,13 @@ def approvals_links() -> dict[str, Link]:
 
 
 def approval_links() -> dict[str, Link]:
-    """From one approval: a decision with its ETag as If-Match, and its run."""
+    """From one approval: a decision with its ETag as If-Match, its exact arguments, and
+    its run."""
+    at = {"path.run_id": "$request.path.run_id", "path.call_id": "$request.path.call_id"}
     return {
+        "GetExactArguments": _link(
+            "getExactArguments", "the call's exact arguments (for who may decide it)", at
+        ),
         "Decide": _link(
             "decide",
             "decide the approval, at the version its ETag names",
@@ -108,6 +114,21 @@ def approval_links() -> dict[str, Link]:
         "GetApprovalRun": _link(
             "getRun", "the approval's run", {"path.run_id": "$request.path.run_id"}
         ),
+    }
+
+
+def exact_links() -> dict[str, Link]:
+    """From a call's exact arguments: a decision at the version they were read at."""
+    return {
+        "Decide": _link(
+            "decide",
+            "decide the approval, at the version its ETag names",
+            {
+                "path.run_id": "$request.path.run_id",
+                "path.call_id": "$request.path.call_id",
+                "header.If-Match": "$response.header.ETag",
+            },
+        )
     }
 
 

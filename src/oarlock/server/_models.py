@@ -15,6 +15,7 @@ __all__ = [
     "DecisionIn",
     "DecisionOut",
     "EventOut",
+    "ExactArgumentsOut",
     "PolicyOut",
     "ReceiptOut",
     "ReconcileIn",
@@ -97,7 +98,18 @@ class ApprovalOut(BaseModel):
     sideEffect: str | None
     allowResponse: bool
     argumentsSchema: dict[str, Any] | None
-    arguments: dict[str, Any]
+    arguments: dict[str, Any] = Field(
+        description="the call's arguments as shown: secrets redacted (argumentsRedacted says "
+        "where); the exact ones are at /v1/approvals/{run_id}/{call_id}/arguments"
+    )
+    argumentsHash: str | None = Field(
+        description="the hash an approval of the call carries, over the arguments as the tool "
+        "receives them (the invocation's argumentsHash); null when they have none"
+    )
+    argumentsRedacted: list[str] = Field(
+        description="JSON Pointers (into arguments) of the values shown redacted; in a "
+        "decision's editedArguments, such a value given back as shown keeps its real value"
+    )
     requestedAt: str
     expiresAt: str | None
     agent: str
@@ -106,6 +118,17 @@ class ApprovalOut(BaseModel):
     policy: PolicyOut | None
     decision: str | None
     decidedBy: str | None
+    version: str
+
+
+class ExactArgumentsOut(BaseModel):
+    """A call's exact arguments, for a principal who may decide it: nothing redacted
+    (control and bidirectional characters are JSON escapes)."""
+
+    runId: str
+    toolCallId: str
+    arguments: dict[str, Any]
+    argumentsHash: str | None
     version: str
 
 
@@ -148,6 +171,12 @@ class ReconcileIn(_In):
 class AuditOut(BaseModel):
     ok: bool
     chain: str
+    shared: bool = Field(
+        default=False,
+        description="the chain holds other tenants' records too (SQLite's one chain): the "
+        "counts are of this tenant's entries, and the chain's head and checkpoints are not "
+        "shown",
+    )
     entries: int
     headSeq: int | None
     headHash: str | None

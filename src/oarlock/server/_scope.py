@@ -1,4 +1,5 @@
-"""Reads scoped by tenant: whose a run is, and a tenant's runs a page at a time.
+"""Reads scoped by tenant: whose a run is, a tenant's runs a page at a time, and the
+verification of the ledger chain that holds a tenant's records (:func:`verify`).
 
 The run stores list runs newest first up to a limit; the server pages through them with a
 cursor (the last run's creation time and id, newest first), by keyset: each page is one
@@ -16,7 +17,7 @@ from typing import Any
 
 from oarlock.errors import UsageError
 
-__all__ = ["Cursor", "RunPage", "list_runs", "tenant_of"]
+__all__ = ["Cursor", "RunPage", "list_runs", "tenant_of", "verify"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +159,77 @@ async def list_runs(
     last = runs[-1] if runs and more else None
     cursor = None if last is None else Cursor(last["createdAt"], last["id"])
     return RunPage(runs, cursor, versions)
+
+
+def _entries_of(entries: list[Any], tenant: str) -> set[int]:
+    """The sequence numbers of the entries of ``tenant``'s records: its invocations and
+    approvals by their scope, receipts and reconciliations by their invocation's."""
+    invocations: dict[Any, Any] = {}
+    mine: set[int] = set()
+    for entry in entries:
+        body = entry.body if isinstance(entry.body, dict) else {}
+        if entry.kind in ("invocation", "approval"):
+            scope = body.get("scope")
+            owner = scope.get("tenantId") if isinstance(scope, dict) else None
+            if entry.kind == "invocation" and isinstance(body.get("invocationId"), str):
+                invocations[body["invocationId"]] = owner
+        else:
+            ref = body.get("invocationId")
+            owner = invocations.get(ref) if isinstance(ref, str) else None
+        if owner == tenant:
+            mine.add(entry.seq)
+    return mine
+
+
+async def verify(store: Any, tenant: str) -> dict[str, Any]:
+    """Verify the ledger chain that holds ``tenant``'s records, against the stored
+    checkpoints. A chain of its own (PostgreSQL) is told whole. A chain it shares with
+    other tenants (SQLite's one chain) is verified whole too (the tenant's entries hang on
+    the others'), but only what is the tenant's is told: whether the chain holds, how many
+    entries are the tenant's, the problems at those (any others counted in one problem
+    that names no entry); neither the chain's head nor its checkpoints, which move with
+    other tenants' calls."""
+    from oarlock.governance._ledger import DEFAULT_CHAIN, verify_chains
+
+    gov = store.governance()
+    chains = await gov.chains()
+    name = tenant if tenant in chains else DEFAULT_CHAIN
+    entries = await gov.ledger(name) if name in chains else []
+    checkpoints = [c for c in await gov.checkpoints() if c.ledger_chain == name]
+    report = verify_chains({name: entries}, checkpoints, ())[name]
+    problems = [{"seq": p.seq, "code": p.code, "message": p.message} for p in report.problems]
+    if name == tenant:
+        return {
+            "ok": report.ok,
+            "chain": name,
+            "shared": False,
+            "entries": report.entries,
+            "headSeq": report.head_seq,
+            "headHash": report.head_hash,
+            "checkpointsChecked": report.checkpoints_checked,
+            "latestCheckpoint": None if not checkpoints else checkpoints[-1].to_json(),
+            "problems": problems,
+        }
+    mine = _entries_of(entries, tenant)
+    own = [p for p in problems if p["seq"] in mine]
+    if len(own) < len(problems):
+        others = len(problems) - len(own)
+        own.append(
+            {
+                "seq": None,
+                "code": "elsewhere",
+                "message": f"{others} problem{'s' if others > 1 else ''} in entries of the "
+                "shared chain that are not this tenant's",
+            }
+        )
+    return {
+        "ok": report.ok,
+        "chain": name,
+        "shared": True,
+        "entries": len(mine),
+        "headSeq": None,
+        "headHash": None,
+        "checkpointsChecked": report.checkpoints_checked,
+        "latestCheckpoint": None,
+        "problems": own,
+    }

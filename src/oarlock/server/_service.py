@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from oarlock._driven import driven_by
+from oarlock._secrets import redact_json
 from oarlock.errors import NotFound, OarlockError, RunStateError, UsageError
 from oarlock.formats._time import now_rfc3339
-from oarlock.server import _scope
+from oarlock.server import _exact, _scope
 from oarlock.server._errors import ApiError
 
 if TYPE_CHECKING:
@@ -206,19 +206,25 @@ class Service:
         ]
 
     async def cancel(self, principal: Principal, run_id: str, reason: str | None) -> RunDocument:
+        from oarlock.engine import _dispatch as dispatch
         from oarlock.engine._runner import cancel_run
 
-        stored = await self.load(principal, run_id)
+        await self.load(principal, run_id)
         why = reason or f"cancelled by {principal.name}"
-        target = driven_by(stored.document)
-        if target is not None and stored.document.status in ("running", "waiting_approval"):
-            # the workflow cancels the run, as oarlock cancel asks it to
-            from oarlock.temporal import cancel_run as cancel_workflow
-            from oarlock.temporal import connect
+        # where the run is driven: in the store, or by its Temporal workflow's cancel signal
+        async def native() -> RunDocument:
+            doc = await cancel_run(self.store, run_id, why)
+            agent = None
+            if any(a.decision is None for a in doc.pending_approvals):
+                agent = self._agent_or_none(await self.store.load(run_id))
+            if agent is not None:  # the calls it left waiting: on the ledger as cancelled
+                from oarlock.engine._settled import record_settled_calls
 
-            await cancel_workflow(await connect(target.address, target.namespace), run_id, why)
-            return stored.document
-        return await cancel_run(self.store, run_id, why)
+                runner = self._runner(agent)
+                await record_settled_calls(agent, runner.executor, doc, runner._ctx(doc))
+            return doc
+
+        return await dispatch.cancel(self.store, run_id, why, native=native)
 
     async def resume(self, principal: Principal, run_id: str) -> RunDocument:
         """Drive a running run now, in this process, under its lease (as ``oarlock
@@ -232,10 +238,9 @@ class Service:
             raise RunStateError(
                 f"run {run_id} is {doc.status}: only a running run is resumed", code="run_state"
             )
-        if driven_by(doc) is not None:
-            raise RunStateError(
-                f"run {run_id} is driven by Temporal: its workflow resumes it", code="run_state"
-            )
+        from oarlock.engine._dispatch import driver
+
+        driver(doc, "resume")  # a run Temporal drives is its workflow's: refused
         if isinstance(self.store, RunQueue):
             for lease in await self.store.leases():
                 if lease.run_id == run_id:
@@ -292,6 +297,8 @@ class Service:
             "allowResponse": False if tool is None else tool.allow_response,
             "argumentsSchema": None if tool is None else tool.parameters,
             "arguments": pending.arguments,
+            "argumentsHash": _exact.arguments_hash(tool, pending.arguments),
+            "argumentsRedacted": redact_json(pending.arguments)[1],
             "requestedAt": pending.requested_at,
             "expiresAt": extra.get("expiresAt"),
             "agent": doc.agent,
@@ -412,6 +419,18 @@ class Service:
                 )
         raise NotFound(f"run {run_id} has no approval for call {call_id}", code="unknown_call")
 
+    async def decidable(
+        self, principal: Principal, run_id: str, call_id: str, decision: str | None
+    ) -> tuple[StoredRun, PendingApproval, dict[str, Any]]:
+        """:meth:`approval`, if ``principal`` may make ``decision`` on it (any, when None):
+        :func:`~oarlock.server._auth.decision_refusal` says, for every entry point."""
+        from oarlock.server._auth import DecisionScope, authorize_decision
+
+        stored, pending, item = await self.approval(principal, run_id, call_id)
+        tenant = await _scope.tenant_of(self.store, run_id)
+        authorize_decision(principal, DecisionScope.of(tenant, item), decision)
+        return stored, pending, item
+
     async def decide(
         self,
         principal: Principal,
@@ -426,9 +445,10 @@ class Service:
     ) -> RunDocument:
         """Record a decision with ``Runner.decide``, bound to the approval's version;
         the principal is the token's name. A worker drives the run on."""
+        from oarlock.engine import _dispatch as dispatch
         from oarlock.formats._models import PendingApproval
 
-        stored, pending, _ = await self.approval(principal, run_id, call_id)
+        stored, pending, _ = await self.decidable(principal, run_id, call_id, decision)
         if pending.decision is not None:
             if pending.decided_by == "policy" and (pending.reason or "").startswith("expired"):
                 raise ApiError(
@@ -442,49 +462,21 @@ class Service:
                 f"the approval of call {call_id} is not at the version given in If-Match",
             )
         assert isinstance(pending, PendingApproval)
-        if decision == "denied" and not (reason or "").strip():
-            raise UsageError("a denial needs a reason", code="reason_required")
+        dispatch.check_decision(decision, reason)  # a denial says why (reason_required)
         if decision != "approved" and edited is not None:
             raise UsageError(
                 "edited arguments go only with an approval", code="edit_needs_approval"
             )
-        agent = self._run_agent(stored)
-        review = self._review(agent, stored.document, pending)
-        starter = (stored.document.tags or {}).get("startedBy")
-        if decision == "approved" and review is not None and review.four_eyes and (
-            starter == principal.name
-        ):
-            raise ApiError(
-                    403,
-                    "four_eyes",
-                    f"rule {review.rule_id} asks for four eyes: {principal.name} started "
-                    "this run and may not approve its calls",
-                )
-        target = driven_by(stored.document)
-        if target is not None:  # the decision goes to the run's workflow
-            from oarlock.temporal import connect, decide_run
-
-            client = await connect(target.address, target.namespace)
-            await decide_run(
-                client,
-                stored.document,
-                call_id,
-                decision,
-                reason=reason,
-                edited_arguments=edited,
-                response=response,
-                principal=principal.name,
-            )
-            return (await self.store.load(run_id)).document
-        return await self._runner(agent).decide(
-            run_id,
-            call_id,
-            decision,
-            reason=reason,
-            edited_arguments=edited,
-            response=response,
-            principal=principal.name,
-        )
+        edited = _exact.judge_edit(pending.arguments, edited)  # by value; None: as asked
+        # where the run is driven: here by Runner.decide, or by its Temporal workflow
+        return await dispatch.decide(
+            self.store, run_id, call_id, decision, reason=reason, edited_arguments=edited,
+            response=response, principal=principal.name,
+            native=lambda: self._runner(self._run_agent(stored)).decide(
+                run_id, call_id, decision, reason=reason, edited_arguments=edited,
+                response=response, principal=principal.name,
+            ),
+        )  # fmt: skip
 
     # -- receipts and artifacts -------------------------------------------------------
     @staticmethod
@@ -553,27 +545,8 @@ class Service:
     # -- audit ------------------------------------------------------------------------
     async def verify(self, principal: Principal) -> dict[str, Any]:
         """Verify the ledger chain that holds the tenant's records (its own on
-        PostgreSQL; the one shared chain on SQLite), against the stored checkpoints."""
-        from oarlock.governance._ledger import DEFAULT_CHAIN, verify_chains
-
-        gov = self.store.governance()
-        chains = await gov.chains()
-        name = principal.tenant if principal.tenant in chains else DEFAULT_CHAIN
-        entries = await gov.ledger(name) if name in chains else []
-        checkpoints = [c for c in await gov.checkpoints() if c.ledger_chain == name]
-        report = verify_chains({name: entries}, checkpoints, ())[name]
-        return {
-            "ok": report.ok,
-            "chain": name,
-            "entries": report.entries,
-            "headSeq": report.head_seq,
-            "headHash": report.head_hash,
-            "checkpointsChecked": report.checkpoints_checked,
-            "latestCheckpoint": None if not checkpoints else checkpoints[-1].to_json(),
-            "problems": [
-                {"seq": p.seq, "code": p.code, "message": p.message} for p in report.problems
-            ],
-        }
+        PostgreSQL; the one shared chain on SQLite, told as the tenant's only)."""
+        return await _scope.verify(self.store, principal.tenant)
 
 
 def check_text(value: str, what: str, limit: int) -> str:

@@ -5,6 +5,7 @@ the server shuts down; a run's stream also ends once the run has."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -14,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from oarlock._render import dumps
 from oarlock.engine._core import TERMINAL
 from oarlock.server._api import Reader, _service
-from oarlock.server._errors import responses
+from oarlock.server._errors import ApiError, responses
 from oarlock.server._links import operation_id
 
 __all__ = ["router"]
@@ -24,6 +25,22 @@ _STREAM: dict[int | str, dict[str, Any]] = {
     200: {"description": "an event stream", "content": {"text/event-stream": {}}}
 }
 LastEventId = Annotated[str | None, Header(alias="Last-Event-ID", max_length=100)]
+# the ids this server gives: a run's event's sequence number; the inbox's BOOT-N
+RUN_EVENT_ID = re.compile(r"[0-9]{1,16}", re.ASCII)
+INBOX_EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,16}", re.ASCII)
+
+
+def _last_event_id(given: str | None, form: re.Pattern[str], what: str) -> str | None:
+    """``Last-Event-ID`` when it is an id of the form this stream gives, None without
+    one; anything else is refused (400 ``invalid_last_event_id``) before the stream
+    starts."""
+    if given is None or given == "":
+        return None
+    if not form.fullmatch(given):
+        raise ApiError(
+            400, "invalid_last_event_id", f"Last-Event-ID is not an id this stream gives ({what})"
+        )
+    return given
 
 
 class EventStream(StreamingResponse):
@@ -62,7 +79,8 @@ async def run_stream(
     ``after``) on, until the run ends."""
     service = _service(request)
     await service.load(principal, run_id)  # 404 before the stream starts
-    start = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
+    last = _last_event_id(last_event_id, RUN_EVENT_ID, "a whole number of up to 16 digits")
+    start = int(last) if last is not None else after
     interval = request.app.state.settings.stream_interval
 
     hub = request.app.state.hub
@@ -98,9 +116,10 @@ async def inbox_stream(
     """The tenant's inbox: ``snapshot`` (every pending approval) first unless resuming,
     then ``approval_requested``, ``approval_decided`` and ``run_status``."""
     hub = request.app.state.hub
+    last = _last_event_id(last_event_id, INBOX_EVENT_ID, "two whole numbers: BOOT-N")
 
     async def events() -> AsyncIterator[str]:
-        async for e in hub.subscribe(principal, last_event_id):
+        async for e in hub.subscribe(principal, last):
             yield ": ping\n\n" if e is None else _event(e.id, e.kind, e.data)
 
     return EventStream(events())

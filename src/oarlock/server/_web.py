@@ -4,9 +4,13 @@ A person signs in by pasting an API token once into the login form; the server k
 token in memory only, under a random session id sent back as an HttpOnly, SameSite=Strict
 cookie (Secure over HTTPS), and checks the token again on every request (a revoked token
 ends its sessions). Every form carries the session's CSRF token, compared in constant
-time. Every decision is a plain ``<form method="post">``: the pages work without
-JavaScript; htmx (vendored, pinned) and ``inbox.js`` add live updates and the diff of an
-edit as it is typed.
+time, and is taken only from the inbox's own pages (:func:`_same_origin`: a browser's
+``Sec-Fetch-Site`` and ``Origin`` must say so). Every decision is a plain ``<form
+method="post">``: the pages work without JavaScript; ``inbox.js`` adds live updates and
+the diff of an edit as it is typed. A page offers only the decisions its principal may
+make (:func:`~oarlock.server._auth.decision_refusal`, which the service asks again when a
+decision comes), and the arguments form holds each argument so that an untouched form
+approves exactly the call as asked (:mod:`oarlock.server._exact`).
 
 Every value from a run, a model, a tool or a token reaches the page through the
 renderer (:func:`oarlock._render.line`, or :func:`~oarlock._render.block` for text of
@@ -24,12 +28,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from oarlock._render import block, line
 from oarlock.errors import OarlockError
+from oarlock.server import _exact
+from oarlock.server._auth import DECISIONS, DecisionScope, decision_refusal
 from oarlock.server._errors import ApiError, status_of
 from oarlock.server._tokens import Principal, TokenStore
 
@@ -38,19 +44,24 @@ __all__ = ["Sessions", "router"]
 COOKIE = "oarlock_session"
 _INBOX_ROWS = 200  # the newest (or most urgent) shown; filters narrow the rest
 _SESSION_SECONDS = 12 * 3600
-router = APIRouter(include_in_schema=False)
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
     "img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
     "base-uri 'none'",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # not no-referrer: under it a browser sends "Origin: null" with the pages' own posts,
+    # which _same_origin must then refuse; same-origin tells no other site anything either
+    "Referrer-Policy": "same-origin",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
 
 
-class Lines(str):
+class Rendered(str):
+    """Text already through the renderer: printed as it is (then HTML-escaped)."""
+
+
+class Lines(Rendered):
     """Text of several lines, already through the renderer (``block``)."""
 
 
@@ -64,7 +75,7 @@ def _finalize(value: Any) -> Any:
     :class:`Lines`."""
     if value is None:
         return ""
-    if isinstance(value, Lines | int | float):
+    if isinstance(value, Rendered | int | float):
         return value
     # as plain text: a str subclass (Markup, as tojson gives) would pass the escaping by
     text = str.__str__(value) if isinstance(value, str) else str(value)
@@ -93,6 +104,33 @@ _env = Environment(
 _env.filters["lines"] = _lines
 _env.filters["json_text"] = _json_text
 _env.filters["url"] = lambda v: quote(str(v), safe="")
+
+
+def _same_origin(request: Request) -> None:
+    """Every form post (sign in, sign out, a decision) comes from the inbox's own pages: a
+    browser says where a post comes from, in ``Sec-Fetch-Site`` and ``Origin``, and either
+    must name this origin (403 ``cross_origin``). A client that sends neither (not a
+    browser) still needs the form's CSRF token, as every post does."""
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise ApiError(
+            403,
+            "cross_origin",
+            f"the inbox takes forms from its own pages only, not from a {site} page",
+        )
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.url.netloc}"
+    if origin is not None and origin.lower() != own.lower():
+        raise ApiError(
+            403,
+            "cross_origin",
+            f"the inbox takes forms from its own pages only ({own}), not from {origin}",
+        )
+
+
+router = APIRouter(include_in_schema=False, dependencies=[Depends(_same_origin)])
 
 
 @dataclass
@@ -273,21 +311,46 @@ async def approval_page(request: Request, run_id: str, call_id: str) -> Response
     from oarlock.formats._codec import dump
 
     doc = dump(stored.document)
+    scope = DecisionScope.of(me.tenant, item)  # the approval was read in me's tenant
+    refusals = {d: decision_refusal(me, scope, d) for d in DECISIONS}
+    why_not = next((r.message for r in refusals.values() if r is not None), None)
     return _page(
         request,
         "approval.html",
         me=me,
         a=item,
         doc=doc,
-        fields=_fields(item.get("argumentsSchema"), item["arguments"]),
+        may={d: r is None for d, r in refusals.items()},
+        why_not=why_not,
+        fields=_form_fields(item),
+        original=Rendered(_exact.form_original(item["arguments"])),
         timeline=_timeline(doc, upto=call_id),
     )
 
 
+def _form_fields(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The arguments form's fields, their text already through the renderer."""
+    fields = _exact.form_fields(item.get("argumentsSchema"), item["arguments"])
+    return [
+        {
+            "name": f.name,
+            "kind": f.kind,
+            "text": Rendered(f.text),
+            "present": f.present,
+            "required": f.required,
+            "description": f.description,
+            "redacted": f.redacted,
+            "multiline": f.multiline,
+        }
+        for f in fields
+    ]
+
+
 @router.post("/approvals/{run_id}/{call_id}")
 async def decide(request: Request, run_id: str, call_id: str) -> Response:
-    """A decision from the approval page's form: approve (with the arguments as the form
-    holds them; an edit when they differ), deny with a reason, or respond."""
+    """A decision from the approval page's form: approve (with the arguments the form
+    holds, read back by value: an untouched form approves the call as asked), deny with
+    a reason, or respond. Who may is the service's to say, as for the API."""
     me = await _who(request)
     if me is None:
         return _to_login()
@@ -297,14 +360,13 @@ async def decide(request: Request, run_id: str, call_id: str) -> Response:
     try:
         sessions.check_csrf(request, form.get("csrf"))
         choice = str(form.get("decision") or "")
-        if choice not in ("approved", "denied", "responded"):
+        if choice not in DECISIONS:
             raise ApiError(422, "invalid_request", "decision: approved, denied or responded")
-        _, _, item = await service.approval(me, run_id, call_id)
+        _, _, item = await service.decidable(me, run_id, call_id, choice)
         edited = None
         if choice == "approved":
-            fields = _fields(item.get("argumentsSchema"), item["arguments"])
-            given = _from_form(fields, form)
-            edited = None if given == item["arguments"] else given
+            fields = _exact.form_fields(item.get("argumentsSchema"), item["arguments"])
+            edited = _exact.read_form(fields, form, item["arguments"])
         request.app.state.rate_limit.take(me.token_id)
         await service.decide(
             me,
@@ -344,6 +406,8 @@ async def run_page(request: Request, run_id: str) -> Response:
         timeline=_timeline(doc),
         receipts=[_receipt(r) for r in receipts],
         decided=request.query_params.get("decided"),
+        may_decide=decision_refusal(me, DecisionScope(run_id, me.tenant, None, None), None)
+        is None,
     )
 
 
@@ -374,64 +438,7 @@ def _receipt(item: Any) -> dict[str, Any]:
     }
 
 
-# -- the arguments form and the timeline -----------------------------------------------------
-def _fields(schema: dict[str, Any] | None, arguments: dict[str, Any]) -> list[dict[str, Any]]:
-    """One form field per property of the tool's JSON Schema (text, number, whole number,
-    yes/no; anything else as JSON), holding the call's argument."""
-    props = (schema or {}).get("properties") or {}
-    required = set((schema or {}).get("required") or [])
-    names = list(props) + [k for k in arguments if k not in props]
-    out = []
-    for name in names:
-        found = props.get(name)
-        spec: dict[str, Any] = found if isinstance(found, dict) else {}
-        kind = spec.get("type")
-        kind = kind if kind in ("string", "number", "integer", "boolean") else "json"
-        value = arguments.get(name)
-        shown = json.dumps(value, ensure_ascii=False) if kind == "json" else value
-        out.append(
-            {
-                "name": name,
-                "kind": kind,
-                "value": shown,
-                "present": name in arguments,
-                "required": name in required,
-                "description": spec.get("description", ""),
-                "original": value,
-            }
-        )
-    return out
-
-
-def _from_form(fields: list[dict[str, Any]], form: Any) -> dict[str, Any]:
-    """The arguments a form holds, read by each field's kind; what cannot be read is
-    refused (invalid_edit) naming the field."""
-    out: dict[str, Any] = {}
-    for f in fields:
-        key = f"arg.{f['name']}"
-        raw = form.get(key)
-        if f["kind"] == "boolean":
-            out[f["name"]] = raw == "true"
-            continue
-        if raw is None or (raw == "" and not f["present"]):
-            continue
-        raw = str(raw)
-        try:
-            if f["kind"] == "number":
-                out[f["name"]] = json.loads(raw) if raw.strip() else None
-                if not isinstance(out[f["name"]], int | float) or isinstance(out[f["name"]], bool):
-                    raise ValueError
-            elif f["kind"] == "integer":
-                out[f["name"]] = int(raw)
-            elif f["kind"] == "json":
-                out[f["name"]] = json.loads(raw)
-            else:
-                out[f["name"]] = raw
-        except ValueError:
-            raise ApiError(422, "invalid_edit", f"{f['name']}: not a {f['kind']}") from None
-    return out
-
-
+# -- the timeline ------------------------------------------------------------------------
 def _timeline(doc: dict[str, Any], upto: str | None = None) -> list[dict[str, Any]]:
     """What the user asked, what the agent said, which tools it called and what came
     back, up to the call ``upto`` (when given)."""

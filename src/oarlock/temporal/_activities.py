@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from oarlock._driven import ENGINE
 from oarlock._secrets import redact
 from oarlock.engine import _core as core
 from oarlock.engine._execute import plan_call
@@ -189,6 +190,14 @@ def _refusal(exc: OarlockError) -> ApplicationError:
     return ApplicationError(f"{exc} ({exc.code})", type=kind, non_retryable=True)
 
 
+class _StepRunner(Runner):
+    """The runner of the activities: the Temporal engine's, the one runner that takes the
+    steps of (and stores the decisions on) the runs Temporal drives, where any other
+    sends them to the run's workflow (see :mod:`oarlock.engine._dispatch`)."""
+
+    drives = ENGINE
+
+
 class Activities:
     """The activities of the runs of ``store``. ``agents`` gives the agent of each agent
     name it knows (runs of other agents load their agent file, as a worker does);
@@ -234,8 +243,8 @@ class Activities:
             message = f"the worker could not load the run's agent: {exc}"
             return await self._settled(stored.document.id, _failing(message), None)
         if self.clock is None:
-            return Runner(agent, self.store, approver=self.approver)
-        return Runner(agent, self.store, approver=self.approver, clock=self.clock)
+            return _StepRunner(agent, self.store, approver=self.approver)
+        return _StepRunner(agent, self.store, approver=self.approver, clock=self.clock)
 
     async def _settled(
         self,

@@ -12,6 +12,8 @@ store holds the transition (:func:`restart_run`)."""
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -31,6 +33,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from oarlock._driven import TemporalTarget, driven_by
 from oarlock.engine import _core as core
 from oarlock.errors import ConfigError, DecisionRefused, OarlockError, RunStateError
+from oarlock.temporal import _exit
 from oarlock.temporal._activities import Activities, arguments_hash
 from oarlock.temporal._types import (
     CANCEL_SIGNAL,
@@ -57,6 +60,7 @@ __all__ = [
     "connect",
     "decide_run",
     "driven_by",
+    "ended",
     "has_worker",
     "make_worker",
     "restart_run",
@@ -65,16 +69,32 @@ __all__ = [
     "workflow_runner",
 ]
 
+_exit.register()  # the SDK's threads done with Python before the interpreter finalizes
+
 
 async def connect(address: str, namespace: str = "default") -> Client:
-    """A client of the Temporal frontend at ``address`` (``HOST:PORT``)."""
+    """A client of the Temporal frontend at ``address`` (``HOST:PORT``; a URL is refused:
+    ``temporal_address``)."""
+    if "://" in address:
+        raise ConfigError(
+            f"the address of a Temporal frontend is HOST:PORT, not a URL: {address}",
+            code="temporal_address",
+        )
     try:
         return await Client.connect(address, namespace=namespace)
-    except (RPCError, RuntimeError, ValueError) as exc:
+    except (RPCError, RuntimeError, ValueError, TypeError, OverflowError) as exc:
         raise ConfigError(
-            f"cannot reach Temporal at {address} (namespace {namespace}): {exc}",
+            f"cannot reach Temporal at {address} (namespace {namespace}): {_why(exc)}",
             code="temporal_unreachable",
         ) from None
+
+
+def _why(exc: Exception) -> str:
+    """What a failed connection says, without the Rust error's debugging form around it
+    (``... message: "Connection refused" ...``: Connection refused)."""
+    text = str(exc)
+    found = re.findall(r'(?:message|error): "((?:[^"\\]|\\.)*)"', text)
+    return found[-1] if found else text
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
@@ -316,10 +336,19 @@ async def decide_run(
                            code="temporal_unreachable") from None  # fmt: skip
 
 
-async def cancel_run(client: Client, run_id: str, reason: str | None = None) -> None:
-    """Ask the run's workflow to cancel the run."""
+async def cancel_run(client: Client, run_id: str, reason: str | None = None) -> bool:
+    """Ask the run's workflow to cancel the run; False when no execution of it runs (it
+    has ended, or never started: no workflow will cancel the run)."""
     try:
         await client.get_workflow_handle(run_id).signal(CANCEL_SIGNAL, reason or "cancelled")
     except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False
         raise OarlockError(f"the cancellation could not be sent to Temporal: {exc}",
                            code="temporal_unreachable") from None  # fmt: skip
+    return True
+
+
+async def ended(client: Client, run_id: str, *, poll: float = 0.1) -> None:
+    """Wait until no execution of the run's workflow runs (a cancelled run's, say)."""
+    await _closed(client, run_id, math.inf, poll)
