@@ -32,6 +32,11 @@ def test_json_logs_name_the_run_trace_and_span_that_runs_show_trace_draws(
     assert done.returncode == 0, done.stderr
     logs = [json.loads(line) for line in done.stderr.splitlines()]
     assert logs and all({"time", "level", "logger", "message"} <= set(entry) for entry in logs)
+    # the user's approver key, made by the demo's first decision, is no run's
+    made = [entry for entry in logs if entry["logger"] == "oarlock.approvers"]
+    assert all(entry["message"].startswith("made the approver key") for entry in made)
+    assert len(made) <= 1  # once, when the configuration holds none yet
+    logs = [entry for entry in logs if entry not in made]
     [run_id] = {entry["runId"] for entry in logs}
     [trace_id] = {entry["traceId"] for entry in logs}
     assert re.fullmatch(r"[0-9a-f]{32}", trace_id)
