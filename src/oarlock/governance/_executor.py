@@ -92,7 +92,7 @@ from oarlock.governance._records import (
     seal,
     step_uuid,
 )
-from oarlock.governance._sandboxed import SandboxRefused, plan_sandbox
+from oarlock.governance._sandboxed import SandboxRefused, plan_sandbox, run_planned
 from oarlock.governance._sanitize import DEFAULT_MAX_CHARS, sanitize, sanitize_result
 from oarlock.governance._store import ClaimHeld, GovernanceStore, Recorded, artifact_ref
 from oarlock.governance._told import (
@@ -639,42 +639,13 @@ class GovernedExecutor:
         return self._sandbox_runner
 
     async def _run_sandboxed(self, c: _Call, out: _Outcome) -> ToolResultPart:
-        """A ``sandbox``-class call, run by the sandbox runner (its limits include the
-        tool's timeout, which the sandbox enforces by killing it)."""
-        from oarlock.sandbox._call import call_sandboxed
-        from oarlock.sandbox._runner import SandboxUnavailable
-
-        plan = c.sandbox
-        if plan is None:  # no path runs a sandbox-class call any other way
-            out.status = "Failed"
-            out.error = (
-                "sandbox_unavailable",
-                f"tool {c.tool.name!r} is of the sandbox class and no sandbox was planned for "
-                "this call; it was not run",
-            )
-            return await self._close(c, out)
+        """A ``sandbox``-class call, run by the sandbox runner under its plan, or refused
+        (:func:`~oarlock.governance._sandboxed.run_planned`)."""
         try:
-            done = await call_sandboxed(
-                self.sandbox,
-                c.tool,
-                c.arguments,
-                workspace_id=plan.workspace_id,
-                egress=plan.egress,
-                require=plan.isolation,
-            )
-        except SandboxUnavailable as exc:  # isolation lost since the plan: it never ran
-            out.status, out.error = "Failed", (exc.code, exc.message)
-            return await self._close(c, out)
+            await run_planned(self.sandbox, c, out)
         except asyncio.CancelledError:  # the runner killed the sandbox before it let this go
-            out.status, out.error = "Failed", ("cancelled", "the call was cancelled while it ran")
             await asyncio.shield(self._close(c, out))
             raise
-        except Exception as exc:  # the sandbox's own failure: a result, never a crash
-            code = exc.code if isinstance(exc, OarlockError) else "sandbox_failed"
-            out.status, out.error = "Failed", (code, f"{type(exc).__name__}: {exc}")
-            return await self._close(c, out)
-        out.status, out.text, out.error = done.status, done.text, done.error
-        out.sandbox = done.usage()
         return await self._close(c, out)
 
     async def _run(self, c: _Call) -> ToolResultPart:

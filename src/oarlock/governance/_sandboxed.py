@@ -11,17 +11,19 @@ or signal and the bytes of output kept and dropped (``usage.sandbox``).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oarlock.errors import ToolError
+from oarlock.errors import OarlockError, ToolError
 
 if TYPE_CHECKING:
+    from oarlock.governance._calls import _Call, _Outcome
     from oarlock.governance._policy import PolicyVerdict
     from oarlock.sandbox._runner import SandboxRunner
     from oarlock.tools._tool import Tool
 
-__all__ = ["SandboxPlan", "SandboxRefused", "plan_sandbox"]
+__all__ = ["SandboxPlan", "SandboxRefused", "plan_sandbox", "run_planned"]
 
 
 class SandboxRefused(ToolError):
@@ -69,3 +71,44 @@ def plan_sandbox(
     if tool.sandbox is not None and tool.sandbox.host is not None:
         isolation = "workspace"  # oarlock's own confined file operation: no program starts
     return SandboxPlan(workspace_id, egress, isolation)
+
+
+async def run_planned(runner: SandboxRunner, c: _Call, out: _Outcome) -> None:
+    """Run the call ``c`` in the sandbox its plan names and put what happened in ``out``
+    (status, text, error, ``usage.sandbox``); its limits include the tool's timeout, which
+    the sandbox enforces by killing it. A call with no plan is refused: no path runs a
+    ``sandbox``-class call any other way. Any failure of the sandbox itself is a result,
+    never a crash; a cancellation is recorded in ``out`` and raised again."""
+    from oarlock.sandbox._call import call_sandboxed
+    from oarlock.sandbox._runner import SandboxUnavailable
+
+    plan = c.sandbox
+    out.status = "Failed"
+    if plan is None:
+        out.error = (
+            "sandbox_unavailable",
+            f"tool {c.tool.name!r} is of the sandbox class and no sandbox was planned for "
+            "this call; it was not run",
+        )
+        return
+    try:
+        done = await call_sandboxed(
+            runner,
+            c.tool,
+            c.arguments,
+            workspace_id=plan.workspace_id,
+            egress=plan.egress,
+            require=plan.isolation,
+        )
+    except SandboxUnavailable as exc:  # isolation lost since the plan: it never ran
+        out.error = (exc.code, exc.message)
+        return
+    except asyncio.CancelledError:
+        out.error = ("cancelled", "the call was cancelled while it ran")
+        raise
+    except Exception as exc:  # the sandbox's own failure: a result, never a crash
+        code = exc.code if isinstance(exc, OarlockError) else "sandbox_failed"
+        out.error = (code, f"{type(exc).__name__}: {exc}")
+        return
+    out.status, out.text, out.error = done.status, done.text, done.error
+    out.sandbox = done.usage()
