@@ -34,10 +34,10 @@ from oarlock.sandbox._cgroup import (
     Hierarchy,
     cgroup_host,
     find_hierarchies,
-    measure_workspace,
     probe,
 )
 from oarlock.sandbox._host import HostSupport, host_support
+from oarlock.sandbox._workspace import measure_workspace
 
 MiB = 1 << 20
 HOST = cgroup_host()

@@ -44,15 +44,12 @@ the ``unshare`` fallback as a non-root user it sees the host's as that same user
 where the kernel has no Landlock to keep its writes in the workspace, it could move
 itself to another cgroup of the delegated subtree.
 
-The **workspace** is bounded at the call's boundaries only: before a call its size is
-measured and a workspace holding more than ``workspace_bytes`` refuses the call
-(``workspace_full``); after it, it is measured again and recorded, and a call that left it
-past the quota ends ``workspace_quota`` (its files stay; the next call is refused). During
-the call only the size of each file written is bounded (RLIMIT_FSIZE, ``file_bytes``):
-a call may write more than the quota before it ends. The size counts each file's
-allocated blocks or its length, whichever is more, each hard-linked file once, and the
-folders' own blocks; the walk is iterative (one open folder at a time, any depth) and
-stops at a million entries, which counts as full.
+The **workspace** is bounded at the call's boundaries only (the runner measures it with
+:func:`oarlock.sandbox._workspace.measure_workspace`): before a call, a workspace holding
+more than ``workspace_bytes`` refuses the call (``workspace_full``); after it, a call that
+left it past the quota ends ``workspace_quota`` (its files stay; the next call is
+refused). During the call only the size of each file written is bounded (RLIMIT_FSIZE,
+``file_bytes``): a call may write more than the quota before it ends.
 """
 
 from __future__ import annotations
@@ -63,7 +60,6 @@ import errno
 import os
 import secrets
 import signal
-import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -78,10 +74,8 @@ __all__ = [
     "CgroupHost",
     "CgroupUsage",
     "Hierarchy",
-    "WorkspaceSize",
     "cgroup_host",
     "find_hierarchies",
-    "measure_workspace",
     "probe",
 ]
 
@@ -96,7 +90,6 @@ _POLL_MIN = 0.05
 _SWEEP_EVERY = 60.0
 _NEED_V2 = frozenset({"memory", "pids"})
 _V1 = ("memory", "pids", "cpuacct")
-MAX_ENTRIES = 1_000_000
 _LIVE: set[str] = set()  # this process's calls' cgroups not yet being removed
 
 
@@ -614,105 +607,3 @@ def _kill_once(folder: Path) -> None:
             os.close(fd)
 
 
-# -- the workspace's size ---------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class WorkspaceSize:
-    """The bytes a workspace holds, the entries counted, and whether the count stopped at
-    its bound (``capped``: the workspace counts as full)."""
-
-    bytes: int
-    entries: int
-    capped: bool = False
-
-    def over(self, quota: int) -> bool:
-        return self.capped or self.bytes > quota
-
-
-def measure_workspace(path: Path, *, max_entries: int = MAX_ENTRIES) -> WorkspaceSize:
-    """The workspace's size (see the module documentation); a workspace whose folders
-    change while they are counted is counted again, once, then taken as found."""
-    for _ in range(2):
-        try:
-            size, steady = _walk(path, max_entries)
-        except FileNotFoundError:
-            return WorkspaceSize(0, 0)
-        if steady:
-            break
-    return size
-
-
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _walk(path: Path, max_entries: int) -> tuple[WorkspaceSize, bool]:
-    """One iterative walk holding one folder open: down by name (never following a link),
-    up by ``..``, checked to be the folder it came from (else the walk stops: not
-    steady)."""
-    count = _Count(max_entries)
-    fd = os.open(path, _DIR)
-    try:
-        st = os.fstat(fd)
-        count.total = st.st_blocks * 512
-        stack = [(count.scan(fd), (st.st_dev, st.st_ino))]
-        while stack and not count.capped:
-            pending = stack[-1][0]
-            if not pending:
-                stack.pop()
-                if not stack:
-                    break
-                up = os.open("..", _DIR, dir_fd=fd)
-                os.close(fd)
-                fd = up
-                st = os.fstat(fd)
-                if (st.st_dev, st.st_ino) != stack[-1][1]:
-                    return count.size(), False
-                continue
-            try:
-                down = os.open(pending.pop(), _DIR, dir_fd=fd)
-            except OSError:  # gone, or no longer a folder
-                continue
-            os.close(fd)
-            fd = down
-            st = os.fstat(fd)
-            stack.append((count.scan(fd), (st.st_dev, st.st_ino)))
-    finally:
-        os.close(fd)
-    return count.size(), True
-
-
-@dataclass(slots=True)
-class _Count:
-    limit: int
-    total: int = 0
-    entries: int = 0
-    capped: bool = False
-    linked: set[tuple[int, int]] = field(default_factory=set)
-
-    def size(self) -> WorkspaceSize:
-        return WorkspaceSize(self.total, self.entries, self.capped)
-
-    def scan(self, fd: int) -> list[str]:
-        """Count one folder's entries (up to the bound); the names of its folders."""
-        folders: list[str] = []
-        with os.scandir(fd) as it:
-            for entry in it:
-                self.entries += 1
-                if self.entries > self.limit:
-                    self.capped = True
-                    break
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    folders.append(entry.name)
-                    self.total += st.st_blocks * 512
-                elif stat.S_ISREG(st.st_mode):
-                    if st.st_nlink > 1:
-                        if (st.st_dev, st.st_ino) in self.linked:
-                            continue
-                        self.linked.add((st.st_dev, st.st_ino))
-                    self.total += max(st.st_size, st.st_blocks * 512)
-                else:
-                    self.total += st.st_blocks * 512
-        return folders

@@ -47,9 +47,7 @@ from oarlock.sandbox._cgroup import (
     CgroupError,
     CgroupHost,
     CgroupUsage,
-    WorkspaceSize,
     cgroup_host,
-    measure_workspace,
 )
 from oarlock.sandbox._egress import FORWARDER, SOCKET_IN_SANDBOX
 from oarlock.sandbox._host import (
@@ -60,7 +58,12 @@ from oarlock.sandbox._host import (
     sandbox_command,
 )
 from oarlock.sandbox._limits import DEFAULT_LIMITS, SandboxLimits
-from oarlock.sandbox._workspace import Workspace, Workspaces
+from oarlock.sandbox._workspace import (
+    Workspace,
+    Workspaces,
+    WorkspaceSize,
+    measure_workspace,
+)
 
 __all__ = [
     "EGRESS_PROFILES",

@@ -46,12 +46,15 @@ from oarlock.errors import ToolError, UsageError
 __all__ = [
     "UID_RANGE",
     "UidRegistry",
+    "MAX_ENTRIES",
     "Workspace",
     "Workspaces",
     "WorkspaceInfo",
+    "WorkspaceSize",
     "confined_parts",
     "default_uid_registry",
     "default_workspaces_root",
+    "measure_workspace",
     "read_file",
     "write_file",
 ]
@@ -525,6 +528,58 @@ def _scan(fd: int, folder: list[str]) -> Generator[_Step, None, list[str]]:
             subfolders.append(name)
     subfolders.reverse()
     return subfolders
+
+
+MAX_ENTRIES = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSize:
+    """The bytes a workspace holds, the entries counted, and whether the count stopped at
+    its bound (``capped``: the workspace counts as full)."""
+
+    bytes: int
+    entries: int
+    capped: bool = False
+
+    def over(self, quota: int) -> bool:
+        return self.capped or self.bytes > quota
+
+
+def measure_workspace(path: Path, *, max_entries: int = MAX_ENTRIES) -> WorkspaceSize:
+    """What the workspace at ``path`` holds, for its quota: each file's allocated blocks or
+    its length, whichever is more, each hard-linked file once, and the folders' own
+    blocks, walked as :func:`_tree` walks (any depth, never through a link), stopping at
+    ``max_entries`` (then counted as full). A workspace whose folders move while they are
+    counted is counted again, once, then taken as far as it was counted."""
+    found = WorkspaceSize(0, 0)
+    for _ in range(2):
+        total, entries, linked = 0, 0, set[tuple[int, int]]()
+        try:
+            total = os.stat(path, follow_symlinks=False).st_blocks * 512
+            for _fd, _folder, _name, st in _tree(path):
+                if st is None:
+                    continue
+                entries += 1
+                if entries > max_entries:
+                    return WorkspaceSize(total, entries - 1, True)
+                if stat.S_ISREG(st.st_mode):
+                    if st.st_nlink > 1:
+                        if (st.st_dev, st.st_ino) in linked:
+                            continue
+                        linked.add((st.st_dev, st.st_ino))
+                    total += max(st.st_size, st.st_blocks * 512)
+                else:
+                    total += st.st_blocks * 512
+        except FileNotFoundError:  # no workspace (yet): nothing held
+            return WorkspaceSize(0, 0)
+        except OSError as exc:
+            if exc.errno != errno.ESTALE:
+                raise
+            found = WorkspaceSize(total, entries)  # a folder moved: count again, once
+            continue
+        return WorkspaceSize(total, entries)
+    return found
 
 
 def _remove_tree(path: Path) -> None:
