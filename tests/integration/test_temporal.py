@@ -352,11 +352,17 @@ def test_cancel_signal_cancels_the_run(tmp_path: Path) -> None:
                 await cancel_run(env.client, doc.id, "the customer withdrew")
                 done = await _result(env.client.get_workflow_handle(doc.id))
                 stored = (await store.load(doc.id)).document
+                receipts = await store.governance().receipts(limit=100)
                 await _replays(env.client, doc.id)
             await activities.aclose()
         assert done["status"] == "cancelled"
         assert stored.status == "cancelled"
         assert stored.error == "the customer withdrew"
+        # the refund it left waiting is on the ledger, as a native cancel puts it
+        refund = [r for r in receipts if r.invocation["toolId"] == "issue_refund"]
+        assert [(r.status, r.receipt["error"]["code"]) for r in refund] == [
+            ("Denied", "run_cancelled")
+        ]
 
     asyncio.run(main())
 

@@ -39,6 +39,7 @@ from oarlock.engine import _core as core
 from oarlock.engine._execute import plan_call
 from oarlock.engine._run_agents import RunAgents
 from oarlock.engine._runner import Runner, update_run
+from oarlock.engine._settled import record_settled_calls
 from oarlock.errors import (
     ConflictError,
     DecisionRefused,
@@ -383,7 +384,12 @@ class Activities:
             def cancel(d: RunDocument) -> list[Event]:
                 return [] if d.status in core.TERMINAL else core.cancel(d, runner.clock(), reason)
 
-            return await self._settled(what.run_id, cancel, limits)
+            done = await self._settled(what.run_id, cancel, limits)
+            # the calls it left waiting for a decision: on the ledger as cancelled, as
+            # Runner.cancel puts them (stored once, should the activity run again)
+            doc = (await self.store.load(what.run_id)).document
+            await record_settled_calls(runner.agent, runner.executor, doc, runner._ctx(doc))
+            return done
         if what.fail is not None:
             return await self._settled(what.run_id, _failing(what.fail), limits)
         if what.expire:
