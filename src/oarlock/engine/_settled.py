@@ -71,8 +71,8 @@ async def record_settled_calls(
     how many were stored. An executor that cannot record them (one of the caller's own,
     without ``record_settled``) records nothing."""
     record = getattr(executor, "record_settled", None)
-    if record is None:
-        return 0
+    if record is None or not (doc.pending_approvals or doc.decisions):
+        return 0  # (a drive of a run that never waited for a human looks no further)
     stored = 0
     for approval in _latest(doc):
         how = settled_as(approval, doc.status)
